@@ -1,0 +1,72 @@
+"""image_shuffle: each question asked about another image from the same dataset.
+
+Variant ``shuffle``, one per row with images. Within a dataset the distinct images are
+the distinct ``cluster`` ids of the rows that have images. The sorted clusters are put
+in a seeded random order (``keyed_rng(seed, "image_shuffle", dataset)``) and each one
+takes the images of the next one in that order (the last those of the first): a
+derangement, so no question gets its own image back, not even through a sibling
+question. All rows of a cluster share one donor; the donor's images come from its row
+with the smallest row_id. ``meta["donor_cluster"]`` names the donor. A dataset with
+fewer than two distinct images gets no variants.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from PIL import Image
+
+from laya_robustness.families import register
+from laya_robustness.rng import keyed_rng
+from laya_robustness.rows import Row
+
+FAMILY = "image_shuffle"
+VARIANT = "shuffle"
+
+
+def _clusters_by_dataset(rows: Sequence[Row]) -> dict[str, set[str]]:
+    dataset_of: dict[str, str] = {}
+    for row in rows:
+        if row.images and dataset_of.setdefault(row.cluster, row.dataset) != row.dataset:
+            other = dataset_of[row.cluster]
+            raise ValueError(f"cluster {row.cluster!r} has images in two datasets: {other!r} and {row.dataset!r}")
+    by_dataset: dict[str, set[str]] = {}
+    for cluster, dataset in dataset_of.items():
+        by_dataset.setdefault(dataset, set()).add(cluster)
+    return by_dataset
+
+
+def _derangement(items: Sequence[str], seed: int, dataset: str) -> dict[str, str]:
+    if len(items) < 2:
+        return {}
+    order = [items[i] for i in keyed_rng(seed, FAMILY, dataset).permutation(len(items))]
+    return {c: order[(i + 1) % len(order)] for i, c in enumerate(order)}
+
+
+def donor_clusters(rows: Sequence[Row], seed: int) -> dict[str, str]:
+    """cluster -> donor cluster (same dataset, never itself) for every cluster with images."""
+    donors: dict[str, str] = {}
+    for dataset, clusters in sorted(_clusters_by_dataset(rows).items()):
+        donors.update(_derangement(sorted(clusters), seed, dataset))
+    return donors
+
+
+def _cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
+    """cluster -> the images of its row with the smallest row_id."""
+    chosen: dict[str, Row] = {}
+    for row in rows:
+        if row.images and (row.cluster not in chosen or row.row_id < chosen[row.cluster].row_id):
+            chosen[row.cluster] = row
+    return {cluster: row.images for cluster, row in chosen.items()}
+
+
+@register(FAMILY)
+def build(rows: Sequence[Row], seed: int) -> list[Row]:
+    """Every row with images, given the images of its cluster's donor."""
+    donors, images = donor_clusters(rows, seed), _cluster_images(rows)
+    out = []
+    for row in rows:
+        if row.images and row.cluster in donors:
+            donor = donors[row.cluster]
+            out.append(row.derive(FAMILY, VARIANT, images=images[donor], meta={**row.meta, "donor_cluster": donor}))
+    return out

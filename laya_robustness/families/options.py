@@ -1,0 +1,139 @@
+"""option_set and abstain: the same question with a changed set of options (choice rows only).
+
+option_set (the right answer is still offered, so the label keeps its meaning):
+
+- ``add_distractor``: one option borrowed from another choice row of the same dataset with a
+  different ``cluster`` (image), appended at the end; label unchanged. The candidates are
+  every option of those rows that is not equal, ignoring case and outer spaces, to one of the
+  row's options, in (row_id, option index) order; one is drawn with
+  ``keyed_rng(seed, "option_set", row_id, "add_distractor")``. No candidate, no row.
+  meta: ``distractor_index`` (= k, the new option's index) and ``source_options`` (for every
+  new option index, the original option index, or None for the distractor).
+- ``drop_wrong`` (k >= 3): one wrong option, drawn with ``keyed_rng(seed, "option_set",
+  row_id, "drop_wrong")``, removed; the label remapped. meta: ``kept`` (the original indices
+  of the kept options, in their new order).
+
+abstain (the option set no longer matches the question's answer in the usual way):
+
+- ``drop_gold`` (k >= 3): the gold option removed, so no option is right: label -1.
+  meta: ``no_gold`` (True) and ``kept`` (as for drop_wrong).
+- ``add_none``: "none of the above" appended; label unchanged; meta: ``none_index`` (= k).
+- ``add_none_shuffled``: the same on the images of the row's image_shuffle donor cluster
+  (``image_shuffle.donor_clusters(rows, seed)``; the donor's images come from its row with the
+  smallest row_id, as in image_shuffle). The label is the "none" option: with a mismatched
+  image none of the original options is supported by the picture, so "none of the above" is
+  the right answer. (Label -1 would hide this: the pick rate of "none" is the metric, and a
+  label lets the row's accuracy measure the same thing.) meta: ``none_index`` and
+  ``donor_cluster``. Rows without images, or whose dataset has one image, get none.
+
+A row that already offers "none of the above" (ignoring case) gets no add_none variants.
+Every variant keeps the source meta keys, group_id and cluster, and shows its options in
+label order (``display_order=None``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from PIL import Image
+
+from laya_robustness.families import register
+from laya_robustness.families.image_shuffle import donor_clusters
+from laya_robustness.rng import keyed_rng
+from laya_robustness.rows import Row
+
+OPTION_SET = "option_set"
+ABSTAIN = "abstain"
+NONE_OPTION = "none of the above"
+
+
+def _norm(text: str) -> str:
+    return text.strip().casefold()
+
+
+def _is_choice(row: Row) -> bool:
+    return row.primitive == "choice"
+
+
+def _with_options(row: Row, family: str, variant: str, options, label: int, meta: dict[str, Any], **kw) -> Row:
+    return row.derive(
+        family, variant, options=tuple(options), label=label, display_order=None, meta={**row.meta, **meta}, **kw
+    )
+
+
+def _distractor_pool(rows: Sequence[Row]) -> dict[str, list[tuple[str, str, str]]]:
+    """dataset -> sorted (row_id, cluster, option) of every option of its choice rows."""
+    pool: dict[str, list[tuple[str, str, str]]] = {}
+    for row in rows:
+        if _is_choice(row):
+            pool.setdefault(row.dataset, []).extend((row.row_id, row.cluster, o) for o in row.options)
+    return {d: sorted(items) for d, items in pool.items()}
+
+
+def _add_distractor(row: Row, pool: list[tuple[str, str, str]], seed: int) -> Row | None:
+    own = {_norm(o) for o in row.options}
+    candidates = [o for _, cluster, o in pool if cluster != row.cluster and _norm(o) not in own]
+    if not candidates:
+        return None
+    pick = candidates[int(keyed_rng(seed, OPTION_SET, row.row_id, "add_distractor").integers(len(candidates)))]
+    k = len(row.options)
+    meta = {"distractor_index": k, "source_options": [*range(k), None]}
+    return _with_options(row, OPTION_SET, "add_distractor", (*row.options, pick), row.label, meta)
+
+
+def _without(row: Row, drop: int) -> tuple[list[int], tuple[str, ...]]:
+    kept = [i for i in range(len(row.options)) if i != drop]
+    return kept, tuple(row.options[i] for i in kept)
+
+
+def _drop_wrong(row: Row, seed: int) -> Row | None:
+    if len(row.options) < 3:
+        return None
+    wrong = [i for i in range(len(row.options)) if i != row.label]
+    drop = wrong[int(keyed_rng(seed, OPTION_SET, row.row_id, "drop_wrong").integers(len(wrong)))]
+    kept, options = _without(row, drop)
+    return _with_options(row, OPTION_SET, "drop_wrong", options, kept.index(row.label), {"kept": kept})
+
+
+@register(OPTION_SET)
+def build_option_set(rows: Sequence[Row], seed: int) -> list[Row]:
+    """Every choice row with a borrowed distractor added and (k >= 3) with one wrong option dropped."""
+    pool = _distractor_pool(rows)
+    out = []
+    for row in rows:
+        if _is_choice(row):
+            out.extend(v for v in (_add_distractor(row, pool[row.dataset], seed), _drop_wrong(row, seed)) if v)
+    return out
+
+
+def _cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
+    """cluster -> the images of its row with the smallest row_id (image_shuffle's rule)."""
+    chosen: dict[str, Row] = {}
+    for row in rows:
+        if row.images and (row.cluster not in chosen or row.row_id < chosen[row.cluster].row_id):
+            chosen[row.cluster] = row
+    return {cluster: row.images for cluster, row in chosen.items()}
+
+
+def _abstain_variants(row: Row, donors: dict[str, str], images: dict[str, tuple]) -> list[Row]:
+    out = []
+    k = len(row.options)
+    if k >= 3:
+        kept, options = _without(row, row.label)
+        out.append(_with_options(row, ABSTAIN, "drop_gold", options, -1, {"no_gold": True, "kept": kept}))
+    if NONE_OPTION in {_norm(o) for o in row.options}:
+        return out
+    options = (*row.options, NONE_OPTION)
+    out.append(_with_options(row, ABSTAIN, "add_none", options, row.label, {"none_index": k}))
+    if row.images and row.cluster in donors:
+        donor = donors[row.cluster]
+        meta = {"none_index": k, "donor_cluster": donor}
+        out.append(_with_options(row, ABSTAIN, "add_none_shuffled", options, k, meta, images=images[donor]))
+    return out
+
+
+@register(ABSTAIN)
+def build_abstain(rows: Sequence[Row], seed: int) -> list[Row]:
+    """Every choice row without its gold option (k >= 3) and with "none of the above" added."""
+    donors, images = donor_clusters(rows, seed), _cluster_images(rows)
+    return [v for row in rows if _is_choice(row) for v in _abstain_variants(row, donors, images)]
