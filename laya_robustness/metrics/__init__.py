@@ -1,0 +1,1 @@
+"""Metrics over prediction records: accuracy and flips, the cluster bootstrap, calibration."""
