@@ -1,0 +1,70 @@
+"""One gate run's data work: sample the source rows, build a family's variants, score them into records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from laya_robustness.families import build_variants
+from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
+from laya_robustness.rng import keyed_rng
+from laya_robustness.rows import Row, load_rows
+from laya_robustness.scoring.base import prediction_record
+
+ORIG = "orig"
+
+
+def sample_rows(rows: Sequence[Row], n: int, seed: int) -> list[Row]:
+    """``n`` rows drawn without replacement with ``keyed_rng(seed, "sample", dataset)``, in row-id order.
+
+    ``n <= 0`` or ``n >= len(rows)`` keeps every row.
+    """
+    ordered = sorted(rows, key=lambda r: r.row_id)
+    if n <= 0 or n >= len(ordered):
+        return ordered
+    pick = keyed_rng(seed, "sample", ordered[0].dataset).choice(len(ordered), size=n, replace=False)
+    return [ordered[i] for i in sorted(pick)]
+
+
+def load_source_rows(data: str | Path, rows_per_set: int, seed: int) -> dict[str, list[Row]]:
+    """The sampled source rows of every dataset under ``data``, by dataset name (sorted)."""
+    return {name: sample_rows(rows, rows_per_set, seed) for name, rows in sorted(load_rows(data).items())}
+
+
+def family_rows(family: str, source: Sequence[Row], seed: int) -> list[Row]:
+    """The rows a family scores for one dataset: the source rows themselves for ``orig``."""
+    return list(source) if family == ORIG else build_variants(family, source, seed)
+
+
+@dataclass
+class Scoring:
+    """How rows are scored: the scorer, its path and the per-primitive temperatures."""
+
+    scorer: object
+    path: str = "batch"  # or "predict"
+    temperatures: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TEMPERATURES))
+
+    def logits(self, rows: Sequence[Row]):
+        if self.path == "batch":
+            return self.scorer.score_batch(rows)
+        out = []
+        for cluster_rows in _by_cluster(rows):
+            out += self.scorer.score_predict(cluster_rows)
+        order = {id(r): i for i, r in enumerate(_flatten(_by_cluster(rows)))}
+        return [out[order[id(r)]] for r in rows]
+
+    def records(self, rows: Sequence[Row]) -> list[dict]:
+        """One prediction record per row (logits 4 d.p., calibrated probs 5 d.p., argmax)."""
+        return [prediction_record(r, lg, self.temperatures) for r, lg in zip(rows, self.logits(rows))]
+
+
+def _by_cluster(rows: Sequence[Row]) -> list[list[Row]]:
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(r.cluster, []).append(r)
+    return list(groups.values())
+
+
+def _flatten(groups):
+    return [r for g in groups for r in g]
