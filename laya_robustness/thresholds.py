@@ -1,0 +1,330 @@
+"""Load and validate the gate's limits file (thresholds.toml); every unknown or ill-typed key is an error.
+
+The known family, dataset and invariance-condition names are passed in by the caller, so this module
+imports nothing from the rest of the gate (and never pytest).
+
+>>> import tempfile, pathlib
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "thresholds.toml"
+>>> _ = path.write_text('version = 1\\n[families.text]\\nmax_flip = 0.1\\n'
+...                     '[families.text.datasets.vsr]\\nmax_flip = 0.2\\n')
+>>> t = load_thresholds(path, families=["text"], datasets=["vsr", "ai2d"], conditions=[])
+>>> t.limits_for("text", "vsr"), t.limits_for("text", "ai2d")
+({'max_flip': 0.2}, {'max_flip': 0.1})
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+VERSION = 1
+TOP_LEVEL_KEYS = ("version", "families", "invariance", "known_limitations")
+#: The check keys of a family (or dataset override) table, in the order they are evaluated.
+CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr")
+#: Checks whose limit is a rate in [0, 1]; min_gap is a signed difference in [-1, 1].
+RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr")
+INVARIANCE_KEYS = ("bitwise", "max_abs_dp", "max_abs_dlogit", "max_flips")
+DATASETS_KEY = "datasets"
+LIMITATION_FIELDS = ("family", "dataset", "check", "reason")
+
+
+class ThresholdsError(Exception):
+    """A limits file that cannot be used; the message names the file, the dotted key and the problem."""
+
+    def __init__(self, path: str | Path, key: str, problem: str):
+        self.path, self.key, self.problem = str(path), key, problem
+        super().__init__(f"{path}: {key}: {problem}")
+
+
+@dataclass(frozen=True)
+class KnownLimitation:
+    """A declared limitation: the check (family, dataset, check) is run as a strict xfail."""
+
+    family: str
+    dataset: str
+    check: str
+    reason: str
+
+
+def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
+    """'unknown <kind> 'x'; did you mean ...? (known: ...)'."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} {name!r}{hint} (known: {', '.join(known) or 'none'})"
+
+
+def _no_limit(keys: tuple[str, ...]) -> str:
+    return f"no limit given; set one of {', '.join(keys)} or remove the table"
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the bool {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number(path: Path, key: str, value: Any, lo: float, hi: float) -> float:
+    """A finite int/float in [lo, hi], as a float."""
+    if not _is_number(value):
+        raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise ThresholdsError(path, key, f"expected a number in [{lo:g}, {hi:g}], got {value!r}")
+    return float(value)
+
+
+def _table(path: Path, key: str, value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ThresholdsError(path, key, f"expected a table, got {_type_name(value)}")
+    return value
+
+
+def _check_limit(path: Path, key: str, check: str, value: Any) -> float:
+    if check in RATE_CHECKS:
+        return _number(path, key, value, 0.0, 1.0)
+    return _number(path, key, value, -1.0, 1.0)  # min_gap
+
+
+def _checks(path: Path, prefix: str, table: dict, allowed_extra: tuple[str, ...] = ()) -> dict[str, float]:
+    """The check limits of one family or dataset table (keys in ``allowed_extra`` are skipped)."""
+    out = {}
+    for key, value in table.items():
+        if key in allowed_extra:
+            continue
+        if key not in CHECKS:
+            raise ThresholdsError(path, f"{prefix}.{key}", _unknown("check key", key, CHECKS + allowed_extra))
+        out[key] = _check_limit(path, f"{prefix}.{key}", key, value)
+    return {c: out[c] for c in CHECKS if c in out}
+
+
+def _family(path: Path, family: str, table: Any, datasets: frozenset[str]) -> tuple[dict, dict]:
+    """(family defaults, {dataset: override}) of one [families.<family>] table."""
+    prefix = f"families.{family}"
+    table = _table(path, prefix, table)
+    defaults = _checks(path, prefix, table, allowed_extra=(DATASETS_KEY,))
+    overrides = {}
+    for dataset, sub in _table(path, f"{prefix}.{DATASETS_KEY}", table.get(DATASETS_KEY, {})).items():
+        key = f"{prefix}.{DATASETS_KEY}.{dataset}"
+        if dataset not in datasets:
+            raise ThresholdsError(path, key, _unknown("dataset", dataset, datasets))
+        overrides[dataset] = _checks(path, key, _table(path, key, sub))
+        if not overrides[dataset]:
+            raise ThresholdsError(path, key, _no_limit(CHECKS))
+    if not defaults and not overrides:
+        raise ThresholdsError(path, prefix, _no_limit(CHECKS))
+    return defaults, overrides
+
+
+def _invariance_value(path: Path, key: str, name: str, value: Any) -> bool | int | float:
+    if name == "bitwise":
+        if not isinstance(value, bool):
+            raise ThresholdsError(path, key, f"expected true or false, got {_type_name(value)}")
+        return value
+    if name == "max_flips":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ThresholdsError(path, key, f"expected an int (a count of flips), got {_type_name(value)}")
+        if value < 0:
+            raise ThresholdsError(path, key, f"expected an int >= 0, got {value!r}")
+        return value
+    if not _is_number(value):
+        raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
+    if not (math.isfinite(value) and value > 0):
+        # The check is |d| < limit, so 0 could never pass: exact equality is bitwise = true.
+        problem = f"expected a finite number > 0 (the check is strict: |d| < limit), got {value!r}"
+        raise ThresholdsError(path, key, problem)
+    return float(value)
+
+
+def _invariance(path: Path, table: Any, conditions: frozenset[str]) -> dict[str, dict]:
+    out = {}
+    for condition, sub in _table(path, "invariance", table).items():
+        prefix = f"invariance.{condition}"
+        if condition not in conditions:
+            raise ThresholdsError(path, prefix, _unknown("invariance condition", condition, conditions))
+        limits = {}
+        for name, value in _table(path, prefix, sub).items():
+            if name not in INVARIANCE_KEYS:
+                raise ThresholdsError(path, f"{prefix}.{name}", _unknown("invariance key", name, INVARIANCE_KEYS))
+            limits[name] = _invariance_value(path, f"{prefix}.{name}", name, value)
+        if not limits:
+            raise ThresholdsError(path, prefix, _no_limit(INVARIANCE_KEYS))
+        out[condition] = {k: limits[k] for k in INVARIANCE_KEYS if k in limits}
+    return out
+
+
+def _version(path: Path, data: dict) -> None:
+    if "version" not in data:
+        raise ThresholdsError(path, "version", f"missing; the file must start with version = {VERSION}")
+    value = data["version"]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ThresholdsError(path, "version", f"expected the int {VERSION}, got {_type_name(value)}")
+    if value != VERSION:
+        raise ThresholdsError(path, "version", f"unsupported version {value} (supported: {VERSION})")
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ThresholdsError(path, "(file)", "no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ThresholdsError(path, "(syntax)", f"not valid TOML: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The validated limits of one file. Build it with :func:`load_thresholds`."""
+
+    path: Path
+    _defaults: Mapping[str, Mapping[str, float]]
+    _overrides: Mapping[str, Mapping[str, Mapping[str, float]]]
+    _invariance: Mapping[str, Mapping[str, Any]]
+    _limitations: Mapping[tuple[str, str, str], KnownLimitation]
+    _known_families: frozenset[str] = field(repr=False)
+    _known_datasets: frozenset[str] = field(repr=False)
+    _known_conditions: frozenset[str] = field(repr=False)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The families the file sets a limit for (a default or a dataset override), sorted."""
+        return tuple(sorted(self._defaults))
+
+    @property
+    def conditions(self) -> tuple[str, ...]:
+        """The invariance conditions the file sets a limit for, sorted."""
+        return tuple(sorted(self._invariance))
+
+    @property
+    def known_limitations(self) -> tuple[KnownLimitation, ...]:
+        """Every declared limitation, in file order."""
+        return tuple(self._limitations.values())
+
+    def _require(self, kind: str, name: str, known: frozenset[str]) -> None:
+        if name not in known:
+            raise KeyError(_unknown(kind, name, known))
+
+    def limits_for(self, family: str, dataset: str) -> dict[str, float]:
+        """{check: limit} for one cell: the family's defaults updated by the dataset's override.
+
+        {} for a known family without limits; an unknown family or dataset raises KeyError.
+        """
+        self._require("family", family, self._known_families)
+        self._require("dataset", dataset, self._known_datasets)
+        merged = {**self._defaults.get(family, {}), **self._overrides.get(family, {}).get(dataset, {})}
+        return {c: merged[c] for c in CHECKS if c in merged}
+
+    def invariance_limits(self, condition: str) -> dict:
+        """{key: limit} of one invariance condition ({} without limits; unknown names raise KeyError)."""
+        self._require("invariance condition", condition, self._known_conditions)
+        return dict(self._invariance.get(condition, {}))
+
+    def known_limitation(self, family: str, dataset: str, check: str) -> KnownLimitation | None:
+        """The declared limitation of this check on this cell, or None."""
+        return self._limitations.get((family, dataset, check))
+
+
+def _limitation(path: Path, i: int, entry: Any, thresholds: Thresholds) -> KnownLimitation:
+    prefix = f"known_limitations[{i}]"
+    entry = _table(path, prefix, entry)
+    for name in entry:
+        if name not in LIMITATION_FIELDS:
+            raise ThresholdsError(path, f"{prefix}.{name}", _unknown("field", name, LIMITATION_FIELDS))
+    for name in LIMITATION_FIELDS:
+        if name not in entry:
+            raise ThresholdsError(path, f"{prefix}.{name}", f"missing (each entry needs {', '.join(LIMITATION_FIELDS)})")
+        if not isinstance(entry[name], str) or not entry[name].strip():
+            problem = f"expected a non-empty string, got {_type_name(entry[name])}"
+            raise ThresholdsError(path, f"{prefix}.{name}", problem)
+    family, dataset, check = entry["family"], entry["dataset"], entry["check"]
+    if family not in thresholds._known_families:
+        raise ThresholdsError(path, f"{prefix}.family", _unknown("family", family, thresholds._known_families))
+    if family not in thresholds.families:
+        problem = _unknown("family with limits in this file", family, thresholds.families)
+        raise ThresholdsError(path, f"{prefix}.family", problem)
+    if dataset not in thresholds._known_datasets:
+        raise ThresholdsError(path, f"{prefix}.dataset", _unknown("dataset", dataset, thresholds._known_datasets))
+    if check not in CHECKS:
+        raise ThresholdsError(path, f"{prefix}.check", _unknown("check", check, CHECKS))
+    limits = thresholds.limits_for(family, dataset)
+    if check not in limits:
+        raise ThresholdsError(
+            path, f"{prefix}.check",
+            f"{check!r} is not a limit of {family}/{dataset} in this file, so it is never evaluated"
+            f" (its limits: {', '.join(limits) or 'none'})",
+        )
+    return KnownLimitation(family, dataset, check, entry["reason"].strip())
+
+
+def _limitations(path: Path, value: Any, thresholds: Thresholds) -> dict[tuple[str, str, str], KnownLimitation]:
+    if not isinstance(value, list):
+        problem = f"expected an array of tables ([[known_limitations]]), got {_type_name(value)}"
+        raise ThresholdsError(path, "known_limitations", problem)
+    out: dict[tuple[str, str, str], KnownLimitation] = {}
+    first: dict[tuple[str, str, str], int] = {}
+    for i, entry in enumerate(value):
+        lim = _limitation(path, i, entry, thresholds)
+        key = (lim.family, lim.dataset, lim.check)
+        if key in out:
+            raise ThresholdsError(
+                path, f"known_limitations[{i}]",
+                f"duplicate of known_limitations[{first[key]}] ({lim.family}/{lim.dataset} {lim.check})",
+            )
+        out[key], first[key] = lim, i
+    return out
+
+
+def _names(kind: str, names: Iterable[str]) -> frozenset[str]:
+    if isinstance(names, str):
+        raise TypeError(f"{kind} must be a collection of names, not the string {names!r}")
+    out = frozenset(names)
+    if not all(isinstance(n, str) and n for n in out):
+        raise TypeError(f"{kind} must hold non-empty strings, got {sorted(map(repr, out))}")
+    return out
+
+
+def load_thresholds(
+    path: str | Path,
+    *,
+    families: Iterable[str],
+    datasets: Iterable[str],
+    conditions: Iterable[str],
+) -> Thresholds:
+    """Read and validate a limits file against the known family, dataset and condition names.
+
+    Raises ThresholdsError (naming the file and the dotted key) on a syntax error, an unknown or
+    missing key, a value of the wrong type or range, or a known limitation that could never apply.
+    """
+    path = Path(path)
+    known_families = _names("families", families)
+    known_datasets = _names("datasets", datasets)
+    known_conditions = _names("conditions", conditions)
+    data = _read(path)
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise ThresholdsError(path, key, _unknown("top-level key", key, TOP_LEVEL_KEYS))
+    _version(path, data)
+    defaults, overrides = {}, {}
+    for family, table in _table(path, "families", data.get("families", {})).items():
+        if family not in known_families:
+            raise ThresholdsError(path, f"families.{family}", _unknown("family", family, known_families))
+        defaults[family], overrides[family] = _family(path, family, table, known_datasets)
+    thresholds = Thresholds(
+        path, defaults, overrides, _invariance(path, data.get("invariance", {}), known_conditions), {},
+        known_families, known_datasets, known_conditions,
+    )
+    return replace(thresholds, _limitations=_limitations(path, data.get("known_limitations", []), thresholds))
