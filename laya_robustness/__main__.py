@@ -1,0 +1,70 @@
+"""Command line: ``python -m laya_robustness {summarize,fixtures}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+FIXTURES = Path("laya_fixtures")
+
+
+def _summarize(args) -> int:
+    from laya_robustness.summary import run_cli
+
+    return run_cli(args.predictions, args.out)
+
+
+def _fixture_rows(args) -> int:
+    from laya_robustness.fixture_rows import write_fixture_rows
+
+    from laya_robustness.fixture_rows import ROWS_PER_SET, VALIDATION_SEED
+
+    n_rows = args.rows_per_set if args.rows_per_set is not None else ROWS_PER_SET
+    seed = args.seed if args.seed is not None else VALIDATION_SEED
+    for path in write_fixture_rows(args.out, n_rows=n_rows, seed=seed):
+        print(f"wrote {path}")
+    return 0
+
+
+def _fixture_train(args) -> int:
+    from laya_robustness.train_fixture import train
+
+    from laya_robustness.train_fixture import STEPS
+
+    record = train(args.out, steps=args.steps if args.steps is not None else STEPS)
+    print(record)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m laya_robustness", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("summarize", help="re-make summary.json from a predictions file, no model")
+    s.add_argument("predictions", type=Path)
+    s.add_argument("--out", type=Path, default=None, help="where to write the summary (default: beside the "
+                   "predictions, as summary.offline.json)")
+    s.set_defaults(run=_summarize)
+    f = sub.add_parser("fixtures", help="re-make the embedded default (rows, checkpoint)")
+    fsub = f.add_subparsers(dest="what", required=True)
+    r = fsub.add_parser("rows", help="draw the fixture validation rows")
+    r.add_argument("--out", type=Path, default=FIXTURES / "rows")
+    r.add_argument("--rows-per-set", type=int, default=None)
+    r.add_argument("--seed", type=int, default=None)
+    r.set_defaults(run=_fixture_rows)
+    t = fsub.add_parser("train", help="train the tiny SmolVLM checkpoint (about 20 minutes on 2 cores)")
+    t.add_argument("--out", type=Path, default=FIXTURES / "tiny-smolvlm")
+    t.add_argument("--steps", type=int, default=None)
+    t.set_defaults(run=_fixture_train)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "out", "") is None and args.command == "summarize":
+        args.out = args.predictions.with_name("summary.offline.json")
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

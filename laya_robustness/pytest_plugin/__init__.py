@@ -1,0 +1,112 @@
+"""The pytest plugin of the robustness gate: thin hooks; ``RobustnessSession`` does the work."""
+
+from __future__ import annotations
+
+import pytest
+
+from laya_robustness.families import family_names
+from laya_robustness.pytest_plugin import options
+from laya_robustness.pytest_plugin.gpus import assign_worker_gpu
+from laya_robustness.pytest_plugin.session import GPU_DEVICE, HarnessError, RobustnessSession
+
+SESSION_KEY = pytest.StashKey[RobustnessSession]()
+PAYLOAD_KEY = "laya_robustness"
+MARKERS = {
+    "gpu": "needs a CUDA device; skips with a reason where there is none",
+    "invariance": "a repeat / batch invariance condition",
+    "slow": "takes minutes rather than seconds",
+    "orig": "the unperturbed rows",
+}
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    for family in family_names():
+        config.addinivalue_line("markers", f"{family}: the {family} perturbation family")
+    workers = config.getoption("numprocesses", default=None)
+    if config.getoption("update_snapshots", default=False) and workers not in (None, 0, 1):
+        raise pytest.UsageError("--snapshot-update cannot run under xdist (-n > 1): syrupy can truncate "
+                                "snapshot files when workers write them; rerun with -n 0")
+    if _is_worker(config):
+        assign_worker_gpu(config.workerinput["workerid"])
+    config.stash[SESSION_KEY] = RobustnessSession(config)
+
+
+def robustness_session(config: pytest.Config) -> RobustnessSession:
+    return config.stash[SESSION_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    session = robustness_session(metafunc.config)
+    if "dataset" in metafunc.fixturenames:
+        metafunc.parametrize("dataset", session.datasets_for_collection())
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", [pytest.param(session.default_device, id="cpu"),
+                                        pytest.param(GPU_DEVICE, id="gpu", marks=pytest.mark.gpu)])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    session = robustness_session(config)
+    if session.usage_error is not None or any("robustness" in getattr(i, "fixturenames", ()) for i in items):
+        session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
+    # The summary snapshot needs every family: run it after the family tests.
+    items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available: gpu-marked tests need a CUDA device (torch.cuda.is_available() "
+                    "is False)")
+
+
+@pytest.fixture(scope="session")
+def robustness(request: pytest.FixtureRequest) -> RobustnessSession:
+    """The gate's session: rows, scorers, thresholds; scores each (family, dataset, device) once."""
+    return robustness_session(request.config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    try:
+        return (yield)
+    except HarnessError as exc:
+        pytest.fail(f"harness error (not a gate failure): {exc}", pytrace=False)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    payload = getattr(node, "workeroutput", {}).get(PAYLOAD_KEY)
+    if payload:
+        robustness_session(node.config).merge_payload(payload)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = robustness_session(session.config)
+    if _is_worker(session.config):
+        session.config.workeroutput[PAYLOAD_KEY] = state.worker_payload()
+        return
+    if state.records:
+        state.written = state.write_reports()
+    if state.harness_errors:
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _is_worker(config):
+        return
+    from laya_robustness.pytest_plugin.terminal import write_summary
+
+    write_summary(terminalreporter, robustness_session(config))

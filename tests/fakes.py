@@ -1,0 +1,55 @@
+"""Fake scorers for plugin tests: deterministic, fast, and one that is deliberately not batch-invariant."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from laya_robustness.rng import keyed_rng
+from laya_robustness.scoring.base import to_label_order
+
+
+class OracleScorer:
+    """Prefers the gold option by ``margin`` plus keyed noise per (row, option): wrong sometimes, never random.
+
+    A row without images is scored as noise alone, so the no-image control drops accuracy; an image
+    from another cluster (image_shuffle) is detected through the row's ``meta["donor_cluster"]``.
+    """
+
+    def __init__(self, model: str, margin: float = 1.0, noise: float = 1.0, **kwargs):
+        self.identity = {"model": model, "weights_sha256": {}, "fake": type(self).__name__}
+        self.margin, self.noise = margin, noise
+
+    def _shown_logits(self, row) -> np.ndarray:
+        k = len(row.options)
+        rng = keyed_rng(0, "fake", row.row_id)
+        logits = self.noise * rng.standard_normal(k)
+        sees_own_image = bool(row.images) and "donor_cluster" not in row.meta
+        if sees_own_image and row.label >= 0:
+            logits[row.label] += self.margin
+        shown = logits if row.display_order is None else logits[list(row.display_order)]
+        return shown
+
+    def score_batch(self, rows):
+        return [to_label_order(r, self._shown_logits(r)) for r in rows]
+
+    def score_predict(self, rows, use_cache: bool = True):
+        return self.score_batch(rows)
+
+
+class NeighbourDependentScorer(OracleScorer):
+    """Not batch-invariant on purpose: every logit moves with the number of rows in its batch."""
+
+    def score_batch(self, rows):
+        return [lg + 1e-3 * len(rows) for lg in super().score_batch(rows)]
+
+
+def oracle(model, **kwargs):
+    return OracleScorer(model)
+
+
+def neighbour_dependent(model, **kwargs):
+    return NeighbourDependentScorer(model)
+
+
+def broken(model, **kwargs):
+    raise OSError(f"no checkpoint at {model}")

@@ -1,0 +1,159 @@
+"""The pytest plugin, driven through pytester on a copy of the gate with small rows and a fake scorer."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
+
+from laya_robustness.fixture_rows import generate_rows, write_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+pytest_plugins = ["pytester"]
+
+PASSING_LIMITS = """
+version = 1
+[families.orig]
+min_acc = 0.3
+[families.option_order]
+max_flip = 0.9
+max_drop = 0.5
+[families.image_shuffle]
+min_gap = 0.05
+"""
+
+
+@pytest.fixture
+def gate(pytester, monkeypatch):
+    """A project with the gate's test modules, two small datasets and a limits file."""
+    shutil.copytree(ROOT / "robustness_tests", pytester.path / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
+    for name in ("colour_choice", "exists_yesno"):
+        write_manifest(generate_rows(name, 24, seed=5), pytester.path / "rows")
+    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n"
+                     "laya_scorer = fakes:oracle\nlaya_data = rows\nlaya_model = fake-model\n")
+    (pytester.path / "limits.toml").write_text(PASSING_LIMITS)
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    return pytester
+
+
+def run(pytester, *args, subprocess=False):
+    args = ("robustness_tests", "--thresholds", "limits.toml", "-k", "not snapshot", "-p", "no:randomly", *args)
+    return pytester.runpytest_subprocess(*args) if subprocess else pytester.runpytest(*args)
+
+
+def test_help_lists_every_option_with_its_default(gate):
+    result = gate.runpytest("--help")
+    result.stdout.fnmatch_lines(["*robustness gate for vision-language models*"])
+    for flag, default in [("--model", "laya_fixtures/tiny-smolvlm"), ("--data", "laya_fixtures/rows"),
+                          ("--rows-per-set", "0"), ("--seed", "0"), ("--families", "option_order"),
+                          ("--batch-size", "16"), ("--device", "cpu"), ("--precision", "auto"),
+                          ("--thresholds", "thresholds.toml"), ("--report-dir", "reports")]:
+        text = " ".join(result.stdout.str().split())
+        assert f"{flag}=" in text
+        assert f"(default: {default}" in text.split(f"{flag}=", 1)[1][:300]
+
+
+def test_markers_are_registered(gate):
+    result = gate.runpytest("--markers")
+    for marker in ("gpu", "invariance", "slow", "option_order", "text", "image", "image_shuffle", "text_only",
+                   "negation", "inject_image"):
+        result.stdout.fnmatch_lines([f"@pytest.mark.{marker}:*"])
+
+
+def test_gate_passes_writes_reports_and_prints_the_table(gate):
+    result = run(gate, "--families", "option_order,image_shuffle")
+    result.assert_outcomes(passed=6, skipped=18)  # 6 modules x 2 sets x (cpu, gpu): 6 gpu, 6 families off
+    result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
+                                 "colour_choice*[[]ok[]]*", "*CUDA is not available*"] if False else
+                                ["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
+                                 "colour_choice*[[]ok[]]*"])
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    assert set(summary["families"]) == {"orig", "option_order", "image_shuffle"}
+    assert summary["meta"]["model"]["model"] == "fake-model"
+    assert (gate.path / "reports" / "predictions.jsonl.gz").stat().st_size > 0
+
+
+def test_gpu_tests_skip_with_a_reason_naming_cuda(gate):
+    result = run(gate, "-m", "gpu", "-rs", "--families", "option_order")
+    result.assert_outcomes(skipped=12)  # 6 modules x 2 sets, each gpu item
+    result.stdout.fnmatch_lines(["*CUDA is not available*"])
+
+
+def test_k_selects_one_family(gate):
+    result = run(gate, "-k", "option_order and not gpu")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_option_order*colour_choice-cpu*PASSED*"] if False else ["*2 passed*"])
+
+
+def test_a_crossed_limit_fails_with_a_readable_message(gate):
+    (gate.path / "limits.toml").write_text(PASSING_LIMITS.replace("max_flip = 0.9", "max_flip = 0.01"))
+    result = run(gate, "--families", "option_order", "-k", "option_order and not gpu")
+    result.assert_outcomes(failed=2)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*option_order/colour_choice: max_flip FAILED*", "*family:*option_order*",
+                                 "*dataset:*colour_choice*", "*limit:*0.01*", "*worst*", "*colour_choice/0*->*"])
+
+
+def test_known_limitation_is_a_strict_xfail(gate):
+    limits = PASSING_LIMITS.replace("min_gap = 0.05", "min_gap = 0.99") + (
+        '[[known_limitations]]\nfamily = "image_shuffle"\ndataset = "exists_yesno"\ncheck = "min_gap"\n'
+        'reason = "declared in a test"\n')
+    (gate.path / "limits.toml").write_text(limits)
+    result = run(gate, "--families", "image_shuffle", "-k", "image_shuffle and not gpu", "-rxX")
+    result.assert_outcomes(failed=1, xfailed=1)  # colour_choice fails the 0.99 gap; exists_yesno is declared
+    result.stdout.fnmatch_lines(["*known limitation*declared in a test*"])
+    (gate.path / "limits.toml").write_text(limits.replace("min_gap = 0.99", "min_gap = 0.05"))
+    result = run(gate, "--families", "image_shuffle", "-k", "image_shuffle and not gpu")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known limitation no longer holds*"])
+
+
+@pytest.mark.parametrize("text, key", [
+    ("version = 1\n[families.option_ordr]\nmax_flip = 0.1\n", "families.option_ordr"),
+    ("version = 1\n[families.option_order]\nmax_flp = 0.1\n", "families.option_order.max_flp"),
+    ("version = 1\n[families.option_order.datasets.nope]\nmax_flip = 0.1\n", "nope"),
+    ("version = 1\n[families.option_order]\nmax_flip = '0.1'\n", "families.option_order.max_flip"),
+])
+def test_a_bad_thresholds_file_is_a_usage_error(gate, text, key):
+    (gate.path / "limits.toml").write_text(text)
+    result = run(gate)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*limits.toml*{key}*"])
+
+
+def test_a_bad_data_file_is_a_usage_error_naming_file_line_and_field(gate):
+    path = gate.path / "rows" / "exists_yesno.jsonl"
+    lines = path.read_text().splitlines()
+    lines[3] = lines[3].replace('"label": 0', '"label": 7').replace('"label": 1', '"label": 7')
+    path.write_text("\n".join(lines) + "\n")
+    result = run(gate)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*exists_yesno.jsonl:4: field 'label'*"])
+
+
+def test_a_model_that_cannot_load_is_a_harness_error_not_a_gate_failure(gate):
+    result = run(gate, "--scorer", "fakes:broken", "-k", "option_order and not gpu")
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    result.stdout.fnmatch_lines(["*harness error (not a gate failure)*no checkpoint at fake-model*"])
+
+
+def test_xdist_merge_equals_a_single_process_run(gate):
+    single = run(gate, "--report-dir", "single", subprocess=True)
+    assert single.ret == 0, single.stdout.str()
+    split = run(gate, "-n", "2", "--report-dir", "split", subprocess=True)
+    assert split.ret == 0, split.stdout.str()
+    one = (gate.path / "single" / "summary.json").read_text()
+    two = (gate.path / "split" / "summary.json").read_text()
+    assert json.loads(one)["families"] and one == two
+    assert (gate.path / "single" / "predictions.jsonl.gz").read_bytes() == \
+        (gate.path / "split" / "predictions.jsonl.gz").read_bytes()
+
+
+def test_snapshot_update_is_refused_under_xdist(gate):
+    result = gate.runpytest_subprocess("robustness_tests", "-n", "2", "--snapshot-update")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--snapshot-update cannot run under xdist*"])
