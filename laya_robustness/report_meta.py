@@ -34,3 +34,40 @@ def run_meta(session, device: str) -> dict:
         "temperatures": session.temperatures,
         "versions": library_versions(),
     }
+
+
+def code_commit(root) -> str:
+    """The git commit of the checkout the gate runs from ("unknown" outside a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def device_name(device: str) -> str:
+    """A readable name of the device: the CUDA device's name, or the CPU's platform string."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"cpu ({platform.machine()}, {platform.processor() or 'unknown processor'})"
+
+
+def invariance_meta(session, device: str) -> dict:
+    """invariance.json's meta: device name, checkpoint hashes, datasets, seed, code commit, precisions."""
+    conditions = session.invariance_results.get(device, {})
+    return {
+        "device": device,
+        "device_name": device_name(device),
+        "model": {**session.identities.get(device, {}), "model": session.model_name},
+        "datasets": {name: min(len(rows), session.invariance_rows) for name, rows in session.rows.items()},
+        "seed": session.seed,
+        "code_commit": code_commit(session.config.rootpath),
+        "batch_size": session.batch_size,
+        "precision": {name: stats["precision"] for name, stats in sorted(conditions.items())},
+        "versions": library_versions(),
+    }

@@ -41,7 +41,8 @@ def gate(pytester, monkeypatch):
 
 
 def run(pytester, *args, subprocess=False):
-    args = ("robustness_tests", "--thresholds", "limits.toml", "-k", "not snapshot", "-p", "no:randomly", *args)
+    args = ("robustness_tests", "--thresholds", "limits.toml", "-k", "not (snapshot or benchmark or invariance)",
+            *args)
     return pytester.runpytest_subprocess(*args) if subprocess else pytester.runpytest(*args)
 
 
@@ -66,7 +67,8 @@ def test_markers_are_registered(gate):
 
 def test_gate_passes_writes_reports_and_prints_the_table(gate):
     result = run(gate, "--families", "option_order,image_shuffle")
-    result.assert_outcomes(passed=6, skipped=18)  # 6 modules x 2 sets x (cpu, gpu): 6 gpu, 6 families off
+    # 12 family modules x 2 sets x (cpu, gpu): 24 gpu skips, 18 cpu skips for families not selected
+    result.assert_outcomes(passed=6, skipped=42)
     result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
                                  "colour_choice*[[]ok[]]*", "*CUDA is not available*"] if False else
                                 ["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
@@ -79,19 +81,19 @@ def test_gate_passes_writes_reports_and_prints_the_table(gate):
 
 def test_gpu_tests_skip_with_a_reason_naming_cuda(gate):
     result = run(gate, "-m", "gpu", "-rs", "--families", "option_order")
-    result.assert_outcomes(skipped=12)  # 6 modules x 2 sets, each gpu item
+    result.assert_outcomes(skipped=24)  # 12 family modules x 2 sets, each gpu item
     result.stdout.fnmatch_lines(["*CUDA is not available*"])
 
 
 def test_k_selects_one_family(gate):
-    result = run(gate, "-k", "option_order and not gpu")
+    result = run(gate, "-k", "test_option_order and not gpu")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_option_order*colour_choice-cpu*PASSED*"] if False else ["*2 passed*"])
 
 
 def test_a_crossed_limit_fails_with_a_readable_message(gate):
     (gate.path / "limits.toml").write_text(PASSING_LIMITS.replace("max_flip = 0.9", "max_flip = 0.01"))
-    result = run(gate, "--families", "option_order", "-k", "option_order and not gpu")
+    result = run(gate, "--families", "option_order", "-k", "test_option_order and not gpu")
     result.assert_outcomes(failed=2)
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*option_order/colour_choice: max_flip FAILED*", "*family:*option_order*",
@@ -103,11 +105,11 @@ def test_known_limitation_is_a_strict_xfail(gate):
         '[[known_limitations]]\nfamily = "image_shuffle"\ndataset = "exists_yesno"\ncheck = "min_gap"\n'
         'reason = "declared in a test"\n')
     (gate.path / "limits.toml").write_text(limits)
-    result = run(gate, "--families", "image_shuffle", "-k", "image_shuffle and not gpu", "-rxX")
+    result = run(gate, "--families", "image_shuffle", "-k", "test_image_shuffle and not gpu", "-rxX")
     result.assert_outcomes(failed=1, xfailed=1)  # colour_choice fails the 0.99 gap; exists_yesno is declared
     result.stdout.fnmatch_lines(["*known limitation*declared in a test*"])
     (gate.path / "limits.toml").write_text(limits.replace("min_gap = 0.99", "min_gap = 0.05"))
-    result = run(gate, "--families", "image_shuffle", "-k", "image_shuffle and not gpu")
+    result = run(gate, "--families", "image_shuffle", "-k", "test_image_shuffle and not gpu")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*XPASS(strict)*known limitation no longer holds*"])
 
@@ -136,7 +138,7 @@ def test_a_bad_data_file_is_a_usage_error_naming_file_line_and_field(gate):
 
 
 def test_a_model_that_cannot_load_is_a_harness_error_not_a_gate_failure(gate):
-    result = run(gate, "--scorer", "fakes:broken", "-k", "option_order and not gpu")
+    result = run(gate, "--scorer", "fakes:broken", "-k", "test_option_order and not gpu")
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
     result.stdout.fnmatch_lines(["*harness error (not a gate failure)*no checkpoint at fake-model*"])
 
@@ -157,3 +159,39 @@ def test_snapshot_update_is_refused_under_xdist(gate):
     result = gate.runpytest_subprocess("robustness_tests", "-n", "2", "--snapshot-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--snapshot-update cannot run under xdist*"])
+
+
+INVARIANCE_LIMITS = """
+version = 1
+[invariance.batched]
+max_abs_dp = 1e-5
+max_abs_dlogit = 1e-4
+max_flips = 0
+[invariance.repeat_batch]
+bitwise = true
+"""
+
+
+def test_a_batch_dependent_scorer_fails_invariance_naming_the_row(gate):
+    (gate.path / "limits.toml").write_text(INVARIANCE_LIMITS)
+    args = ("-m", "invariance and not gpu", "-k", "batched or repeat_batch", "--invariance-rows", "3")
+    result = run(gate, *args)
+    result.assert_outcomes(passed=2, skipped=1)  # batched, repeat_batch; batched_reversed has no limit
+    result = run(gate, "--scorer", "fakes:neighbour_dependent", *args)
+    result.assert_outcomes(failed=1, passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*invariance/batched: max_abs_dlogit FAILED*", "*colour_choice/0000*: answer*"])
+    report = json.loads((gate.path / "reports" / "invariance.json").read_text())
+    assert report["conditions"]["batched"]["max_abs_dlogit"] > 1e-4
+    assert report["meta"]["precision"]["batched"] == "fp32" and report["meta"]["seed"] == 0
+
+
+def test_offline_summary_equals_the_online_one(gate):
+    from laya_robustness.summary import run_cli
+
+    result = run(gate, "--families", "option_order,text,image_shuffle,text_only")
+    assert result.ret == 0, result.stdout.str()
+    online = json.loads((gate.path / "reports" / "summary.json").read_text())
+    assert run_cli(gate.path / "reports" / "predictions.jsonl.gz", gate.path / "offline.json") == 0
+    offline = json.loads((gate.path / "offline.json").read_text())
+    assert set(online["families"]) == {"orig", "option_order", "text", "image_shuffle", "text_only"}
+    assert offline["families"] == online["families"] and offline["meta"] == online["meta"]

@@ -98,7 +98,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _is_worker(session.config):
         session.config.workeroutput[PAYLOAD_KEY] = state.worker_payload()
         return
-    if state.records:
+    if state.records or state.invariance_results:
         state.written = state.write_reports()
     if state.harness_errors:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

@@ -10,16 +10,15 @@ import pytest
 
 from laya_robustness import checks
 from laya_robustness.families import CORE_FAMILIES, family_names
+from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
 from laya_robustness.pytest_plugin import options
 from laya_robustness.rows import RowError
 from laya_robustness.run import ORIG, Scoring, family_rows, load_source_rows
-from laya_robustness.summary import summarize
+from laya_robustness.summary import summarize, summary_cell
 from laya_robustness.thresholds import ThresholdsError, load_thresholds
 
 GPU_DEVICE = "cuda"
-INVARIANCE_CONDITIONS = ("repeat_batch", "repeat_predict", "batched", "batched_reversed", "hostile",
-                         "predict_all_questions", "predict_all_questions_hostile", "prefix_cache_one",
-                         "prefix_cache_all", "bf16_weights", "predict_vs_batch")
+INVARIANCE_CONDITIONS = (*CONDITION_NAMES, BF16_BUDGET)
 
 
 def _rounded(value, digits: int):
@@ -70,6 +69,9 @@ class RobustnessSession:
         self.summaries: dict[str, dict] = {}  # device -> summary.json, once written
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
         self.usage_error: pytest.UsageError | None = None
+        self.invariance_rows = int(options.get(config, "--invariance-rows"))
+        self._invariance: dict[str, InvarianceRun] = {}
+        self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -155,7 +157,7 @@ class RobustnessSession:
         """The summary cell of (family, dataset) and the records it was computed from."""
         records = self.family_records(family, dataset, device)
         summary = summarize(records, seed=self.seed)
-        return summary["families"][family][dataset], records
+        return summary_cell(summary, family, dataset), records
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -186,6 +188,37 @@ class RobustnessSession:
         if expected:
             pytest.xfail("known limitation: " + "; ".join(expected))
 
+    # -- invariance -----------------------------------------------------------------------------
+
+    def invariance(self, condition: str, device: str) -> dict:
+        """The stats of one invariance condition on ``device`` (references computed once per process)."""
+        if device not in self._invariance:
+            rows = [r for name in self.datasets for r in self.rows[name][: self.invariance_rows]]
+            self._invariance[device] = InvarianceRun(self.scorer(device), rows, self.batch_size, self.temperatures)
+        try:
+            stats = self._invariance[device].run(condition)
+        except ConditionNotSupported as exc:
+            pytest.skip(f"{condition} is not supported by this scorer: {exc}")
+        self.invariance_results.setdefault(device, {})[condition] = stats
+        return stats
+
+    def check_invariance(self, condition: str, device: str) -> None:
+        """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
+        stats = self.invariance(condition, device)
+        section = BF16_BUDGET if stats["precision"] == BF16 else condition
+        limits = self.thresholds.invariance_limits(section)
+        if not limits:
+            pytest.skip(f"scored; {self.thresholds_path.name} sets no limit in [invariance.{section}]")
+        results = checks.evaluate_invariance(condition, stats, limits)
+        self.results += [{**asdict(r), "device": device} for r in results]
+        failed = [r for r in results if not r.passed]
+        if failed:
+            worst = sorted(stats["per_row"], key=lambda e: (-e["abs_dlogit"], e["row_id"]))[:5]
+            lines = [f"{e['row_id']}: answer {e['answer'][0]} -> {e['answer'][1]}, margin "
+                     f"{e['margin'][0]:.4f} -> {e['margin'][1]:.4f}, |dp| {e['abs_dp']:.2e}, "
+                     f"|dlogit| {e['abs_dlogit']:.2e}" for e in (stats["flipped"] or worst)]
+            pytest.fail("\n\n".join(checks.failure_message(r, lines) for r in failed), pytrace=False)
+
     # -- snapshot -------------------------------------------------------------------------------
 
     def full_summary(self, device: str) -> dict:
@@ -214,7 +247,7 @@ class RobustnessSession:
 
     def worker_payload(self) -> str:
         return json.dumps({"records": self.records, "results": self.results, "harness": self.harness_errors,
-                           "identities": self.identities})
+                           "identities": self.identities, "invariance": self.invariance_results})
 
     def merge_payload(self, payload: str) -> None:
         data = json.loads(payload)
@@ -223,6 +256,8 @@ class RobustnessSession:
         self.results += data["results"]
         self.harness_errors += data["harness"]
         self.identities.update(data["identities"])
+        for device, conditions in data["invariance"].items():
+            self.invariance_results.setdefault(device, {}).update(conditions)
 
     def meta(self, device: str) -> dict:
         from laya_robustness.report_meta import run_meta
@@ -232,10 +267,19 @@ class RobustnessSession:
     def write_reports(self) -> list[Path]:
         """predictions.jsonl.gz and summary.json per device (under ``<device>/`` when several ran)."""
         from laya_robustness.predictions import write_predictions
+        from laya_robustness.report_meta import invariance_meta
 
         written = []
+        devices = set(self.records) | set(self.invariance_results)
+        for device, conditions in sorted(self.invariance_results.items()):
+            out = self.report_dir if len(devices) == 1 else self.report_dir / device
+            out.mkdir(parents=True, exist_ok=True)
+            path = out / "invariance.json"
+            report = {"meta": invariance_meta(self, device), "conditions": dict(sorted(conditions.items()))}
+            path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+            written.append(path)
         for device, recs in sorted(self.records.items()):
-            out = self.report_dir if len(self.records) == 1 else self.report_dir / device
+            out = self.report_dir if len(devices) == 1 else self.report_dir / device
             out.mkdir(parents=True, exist_ok=True)
             ordered = [recs[k] for k in sorted(recs)]
             write_predictions(out / "predictions.jsonl.gz", ordered)

@@ -42,9 +42,23 @@ def table_lines(summary: dict, results: list[dict], device: str, known) -> list[
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
+def invariance_lines(conditions: dict) -> list[str]:
+    """One line per condition: precision, max |dp|, max |dlogit|, flips / rows, bitwise."""
+    rows = [["condition", "precision", "max |dp|", "max |dlogit|", "flips / rows", "bitwise"]]
+    for name, st in sorted(conditions.items()):
+        rows.append([name, st["precision"], f"{st['max_abs_dp']:.1e}", f"{st['max_abs_dlogit']:.1e}",
+                     f"{st['flips']} / {st['rows']}", "yes" if st["bitwise"] else "no"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
 def write_summary(reporter, session) -> None:
-    if not session.records:
+    if not session.records and not session.invariance_results:
         return
+    for device, conditions in sorted(session.invariance_results.items()):
+        reporter.write_sep("=", f"invariance ({device}): each condition vs its own path's reference")
+        for line in invariance_lines(conditions):
+            reporter.write_line(line)
     known = session.thresholds.known_limitation
     for device, summary in sorted(session.summaries.items()):
         reporter.write_sep("=", f"robustness gate ({device}): acc / delta / flip per family, [checks]")

@@ -107,12 +107,16 @@ class HFVLMScorer:
         return EncodedRow(enc["input_ids"][0].tolist(), None if pixels is None else pixels[0],
                           None if mask is None else mask[0], options)
 
+    def batch_precision(self) -> str:
+        """``bf16`` when the batch path runs under bf16 autocast (CUDA with ``auto``, or ``bf16``), else ``fp32``."""
+        on_cuda = str(self.device).startswith("cuda")
+        return "bf16" if self.precision == "bf16" or (self.precision == "auto" and on_cuda) else "fp32"
+
     def _autocast(self, path: str):
         import torch
 
-        device_type = "cuda" if str(self.device).startswith("cuda") else "cpu"
-        bf16 = self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda")
-        if path == "batch" and bf16:
+        if path == "batch" and self.batch_precision() == "bf16":
+            device_type = "cuda" if str(self.device).startswith("cuda") else "cpu"
             return torch.autocast(device_type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

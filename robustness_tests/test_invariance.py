@@ -1,0 +1,13 @@
+"""Repeat and batch invariance: a row's logits must not depend on its batch, its call or the cache."""
+
+import pytest
+
+from laya_robustness.invariance import CONDITION_NAMES
+
+pytestmark = pytest.mark.invariance
+
+
+@pytest.mark.parametrize("condition", CONDITION_NAMES)
+def test_invariance(robustness, condition, device):
+    """Each condition against its own path's reference: bitwise / |dp| / |dlogit| / flips within limits."""
+    robustness.check_invariance(condition, device)
