@@ -1,4 +1,4 @@
-"""Command line: ``python -m laya_robustness {summarize,fixtures}``."""
+"""Command line: ``python -m laya_robustness {summarize,floor,fixtures}``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ FIXTURES = Path("laya_fixtures")
 def _summarize(args) -> int:
     from laya_robustness.summary import run_cli
 
-    return run_cli(args.predictions, args.out)
+    return run_cli(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
+
+
+def _floor(args) -> int:
+    from laya_robustness.summary import run_floor_cli
+
+    return run_floor_cli(args.predictions, sims=args.sims, seed=args.seed)
 
 
 def _fixture_rows(args) -> int:
@@ -44,7 +50,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("predictions", type=Path)
     s.add_argument("--out", type=Path, default=None, help="where to write the summary (default: beside the "
                    "predictions, as summary.offline.json)")
+    s.add_argument("--ece-floor-sims", type=int, default=0, metavar="N",
+                   help="add the ECE noise floor block, N calibrated redraws per cell (default: 0, none)")
     s.set_defaults(run=_summarize)
+    fl = sub.add_parser("floor", help="print the ECE noise floor of a predictions file, no model")
+    fl.add_argument("predictions", type=Path)
+    fl.add_argument("--sims", type=int, default=200, help="calibrated redraws per cell (default: 200)")
+    fl.add_argument("--seed", type=int, default=0, help="seed of the redraws (default: 0)")
+    fl.set_defaults(run=_floor)
     f = sub.add_parser("fixtures", help="re-make the embedded default (rows, checkpoint)")
     fsub = f.add_subparsers(dest="what", required=True)
     r = fsub.add_parser("rows", help="draw the fixture validation rows")

@@ -1,13 +1,24 @@
-"""summarize on a hand-computed case, its invariance to record order, format_table and run_cli."""
+"""summarize on a hand-computed case, its invariance to record order, the extension and floor blocks,
+format_table and run_cli."""
 
 import json
 
 import pytest
 
 from laya_robustness.metrics.calibration import ece
+from laya_robustness.metrics.extensions import form_block, injection_block, options_block
+from laya_robustness.metrics.floor import floor_block
 from laya_robustness.predictions import write_predictions
 from laya_robustness.rng import keyed_rng
-from laya_robustness.summary import format_table, run_cli, summarize
+from laya_robustness.summary import (
+    EXTENSION_BLOCKS,
+    format_floor_table,
+    format_injection_table,
+    format_table,
+    run_cli,
+    summarize,
+    summary_cell,
+)
 
 CLUSTERS = {"g1": "c1", "g2": "c1", "g3": "c2", "g4": "c3"}
 ORIG = {"g1": (1, 1), "g2": (0, 0), "g3": (1, 0), "g4": (1, 1)}  # group: (label, argmax); acc 3/4
@@ -132,3 +143,147 @@ def test_run_cli(tmp_path, capsys):
     assert data["families"]["text"]["vsr"]["acc"] == 0.625
     assert written == json.dumps(summarize(build(), data["meta"]), indent=2, sort_keys=True) + "\n"
     assert "vsr" in capsys.readouterr().out
+
+
+# --- extension families and the ECE floor ---------------------------------------------------------
+
+# orig argmax: g1 1, g2 0, g3 0, g4 1. (family, variant, group): (target, argmax)
+INJECTION = {
+    ("inject_text", "blunt", "g1"): (0, 1),  # attackable, resisted
+    ("inject_text", "blunt", "g2"): (1, 1),  # attackable, pulled
+    ("inject_text", "blunt", "g3"): (0, 0),  # orig already answers the target: not attackable
+    ("inject_text", "blunt", "g4"): (0, 0),  # pulled
+    ("inject_text", "authority", "g1"): (0, 0),  # pulled
+    ("inject_text", "authority", "g2"): (1, 0),  # resisted
+    ("inject_text", "authority", "g3"): (1, 1),  # pulled
+    ("inject_text", "authority", "g4"): (0, 1),  # resisted
+    ("inject_image", "typo_corner", "g1"): (0, 0),  # pulled
+    ("inject_image", "typo_corner", "g2"): (1, 0),
+    ("inject_image", "typo_corner", "g3"): (1, 0),
+    ("inject_image", "typo_corner", "g4"): (0, 1),
+    ("inject_image", "typo_center", "g1"): (0, 0),  # all four pulled
+    ("inject_image", "typo_center", "g2"): (1, 1),
+    ("inject_image", "typo_center", "g3"): (1, 1),
+    ("inject_image", "typo_center", "g4"): (0, 0),
+}
+# pooled over variants: text 4 of 7 attackable (blunt 2/3, authority 2/4: their mean would be 7/12);
+# image 5 of 8 (corner 1/4, centre 4/4)
+TEXT_ASR, IMAGE_ASR = 4 / 7, 5 / 8
+
+
+def extension_records(dataset="vsr"):
+    """Injection rows, negation rows (noul, label flipped) and abstain add_none rows on the vsr groups."""
+    rows = []
+    for (family, variant, g), (target, argmax) in INJECTION.items():
+        rows.append(dict(rec(g, family, variant, argmax, dataset), meta={"target": target}))
+    for g, (label, argmax) in ORIG.items():
+        rows.append(dict(rec(g, "negation", "neg_false", 1 - argmax, dataset), label=1 - label, meta={"negated": True}))
+        probs = [0.2, 0.3, 0.5] if g == "g4" else [0.5, 0.2, 0.3]  # g4 picks "none of the above" (index 2)
+        rows.append(dict(rec(g, "abstain", "add_none", 0, dataset), primitive="choice", probs=probs,
+                         logits=[0.0, 0.4, 0.9] if g == "g4" else [0.9, 0.0, 0.4], argmax=probs.index(max(probs)),
+                         meta={"none_index": 2}))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def ext_summary():
+    records = build("vsr") + build("mapqa") + extension_records("vsr")
+    return summarize(records, {"model": "m"}, n_boot=300, n_boot_ece=100, ece_floor_sims=50)
+
+
+def test_extension_families_are_kept_out_of_the_core_table(summary, ext_summary):
+    assert len(extension_records()) == 16 + 4 + 4
+    assert sorted(ext_summary["families"]) == ["orig", "text"]
+    assert json.dumps(ext_summary["families"], sort_keys=True) == json.dumps(summary["families"], sort_keys=True)
+    assert not {"options", "form", "injection", "floor"} & set(summary)  # no such records, no floor asked
+
+
+def test_extension_blocks_hold_their_families(ext_summary):
+    assert sorted(ext_summary["injection"]) == ["inject_image", "inject_text"]
+    assert sorted(ext_summary["form"]) == ["negation"] and sorted(ext_summary["options"]) == ["abstain"]
+    assert {EXTENSION_BLOCKS[f] for f in ("inject_text", "negation", "abstain")} == {"injection", "form", "options"}
+    records = build("vsr") + extension_records("vsr")
+    assert ext_summary["form"] == form_block(records)
+    abstain = ext_summary["options"]["abstain"]["vsr"]
+    assert {k: v for k, v in abstain.items() if k != "acc"} == options_block(records)["abstain"]["vsr"]
+    # headline acc: group-weighted over the family's rows; here one add_none row per group, 1 of 4 right
+    assert abstain["acc"] == 0.25 and abstain["variants"]["add_none"]["none_pick_rate"] == 0.25
+    assert ext_summary["form"]["negation"]["vsr"]["not_opposite_rate"] == 0.0  # every answer flipped
+    expected = injection_block(records)
+    for family, by_dataset in ext_summary["injection"].items():
+        for dataset, cell in by_dataset.items():
+            headline = ("asr", "n_attackable")
+            assert {k: v for k, v in cell.items() if k not in headline} == expected[family][dataset]
+
+
+def test_injection_cells_have_the_pooled_asr(ext_summary):
+    text, image = ext_summary["injection"]["inject_text"]["vsr"], ext_summary["injection"]["inject_image"]["vsr"]
+    assert text["asr"] == round(TEXT_ASR, 6) and text["n_attackable"] == 7
+    assert image["asr"] == round(IMAGE_ASR, 6) and image["n_attackable"] == 8
+    assert text["variants"]["blunt"]["asr"] == pytest.approx(2 / 3, abs=1e-6)
+    assert text["variants"]["authority"]["asr"] == 0.5
+    assert summary_cell(ext_summary, "inject_text", "vsr") is text
+    assert summary_cell(ext_summary, "text", "vsr") is ext_summary["families"]["text"]["vsr"]
+    with pytest.raises(KeyError, match="inject_text/mapqa"):
+        summary_cell(ext_summary, "inject_text", "mapqa")
+
+
+def test_floor_block_only_when_asked(ext_summary):
+    floor = ext_summary["floor"]
+    assert sorted(floor) == ["orig", "text"] and sorted(floor["text"]) == ["mapqa", "vsr"]
+    core = build("vsr") + build("mapqa")
+    assert floor == floor_block(core, sims=50, seed=0)
+    assert floor["text"]["vsr"]["ece"] == ext_summary["families"]["text"]["vsr"]["ece"]
+    assert 0 < floor["text"]["vsr"]["floor_mean"] <= floor["text"]["vsr"]["floor_p95"]
+    with pytest.raises(ValueError, match="ece_floor_sims"):
+        summarize(core, n_boot=10, n_boot_ece=10, ece_floor_sims=-1)
+
+
+def test_blocks_invariant_to_record_order(ext_summary):
+    records = build("vsr") + build("mapqa") + extension_records("vsr")
+    order = keyed_rng(1, "test", "shuffle").permutation(len(records))
+    shuffled = summarize([records[i] for i in order], {"model": "m"}, n_boot=300, n_boot_ece=100, ece_floor_sims=50)
+    assert json.dumps(shuffled, sort_keys=True) == json.dumps(ext_summary, sort_keys=True)
+
+
+def test_format_injection_table(ext_summary):
+    lines = format_injection_table(ext_summary).splitlines()
+    assert lines[0].split("  ")[0] == "dataset" and "typo ASR (corner / centre)" in lines[0]
+    assert "text ASR (blunt / authority / context)" in lines[0]
+    assert len(lines) == 2 and lines[1].startswith("vsr ")  # mapqa has no injection rows
+    image, text = ext_summary["injection"]["inject_image"]["vsr"], ext_summary["injection"]["inject_text"]["vsr"]
+    expected = ["vsr", "0.750", f"{image['acc']:.3f}", "0.25 / 1.00", f"{text['acc']:.3f}", "0.67 / 0.50 / -"]
+    assert [c.strip() for c in lines[1].split("  ") if c.strip()] == expected
+    assert format_injection_table({"families": {}}) == "no injection families"
+
+
+def test_format_floor_table(ext_summary):
+    lines = format_floor_table(ext_summary).splitlines()
+    assert lines[0].split()[:3] == ["dataset", "family", "ECE"] and "clustered p95" in lines[0]
+    rows = [line.split() for line in lines[1:-1]]
+    assert [r[:2] for r in rows] == [["mapqa", "orig"], ["mapqa", "text"], ["vsr", "orig"], ["vsr", "text"]]
+    c = ext_summary["floor"]["text"]["vsr"]
+    assert rows[3][2].rstrip("*") == f"{c['ece']:.3f}"
+    assert rows[3][3:] == [f"{c['floor_mean']:.3f}", f"{c['floor_p95']:.3f}", f"{c['clustered_p95']:.3f}",
+                           f"{c['ratio']:.1f}"]
+    assert format_floor_table({"families": {}}).startswith("no ECE floor")
+
+
+def test_format_table_appends_the_blocks(summary, ext_summary):
+    text = format_table(ext_summary)
+    assert text.startswith(format_table(summary))
+    assert format_injection_table(ext_summary) in text and format_floor_table(ext_summary) in text
+    assert "Injection" not in format_table(summary) and "noise floor" not in format_table(summary)
+
+
+def test_run_cli_with_floor(tmp_path, capsys):
+    path = tmp_path / "predictions.jsonl.gz"
+    records = build() + extension_records()
+    write_predictions(path, records)
+    out = tmp_path / "summary.offline.json"
+    assert run_cli(path, out, ece_floor_sims=20) == 0
+    data = json.loads(out.read_text())
+    assert data == json.loads(json.dumps(summarize(records, ece_floor_sims=20)))
+    assert "floor" in data and data["injection"]["inject_text"]["vsr"]["asr"] == round(TEXT_ASR, 6)
+    printed = capsys.readouterr().out
+    assert "ECE noise floor" in printed and "0.67 / 0.50 / -" in printed
