@@ -97,7 +97,7 @@ def train(out_dir: Path, *, steps: int = STEPS, rows_per_set: int = TRAIN_ROWS_P
         1 + math.cos(math.pi * min(1.0, s / max(1, steps)))))
     losses = []
     for step in range(steps):
-        pick = keyed_rng(seed, "batch", step).choice(len(rows), size=BATCH_ROWS, replace=False)
+        pick = keyed_rng(seed, "batch", step).choice(len(rows), size=min(BATCH_ROWS, len(rows)), replace=False)
         loss = _loss(scorer, [encoded[i] for i in pick], [rows[i].label for i in pick])
         optim.zero_grad()
         loss.backward()
