@@ -17,6 +17,7 @@ import numpy as np
 
 from laya_robustness.metrics.calibration import calibrated_probs
 from laya_robustness.rows import Row
+from laya_robustness.run import cluster_indices
 
 FP32, BF16 = "fp32", "bf16"
 LONG_CONTEXT = " ".join(["This sentence only makes the prompt long."] * 24)
@@ -92,13 +93,6 @@ def compare(rows: Sequence[Row], reference: Sequence[np.ndarray], condition: Seq
             "flipped": flips, "per_row": per_row}
 
 
-def _by_cluster(rows: Sequence[Row]) -> list[list[int]]:
-    groups: dict[str, list[int]] = {}
-    for i, r in enumerate(rows):
-        groups.setdefault(r.cluster, []).append(i)
-    return list(groups.values())
-
-
 class InvarianceRun:
     """Scores one row set under every condition, computing each path's reference once."""
 
@@ -124,7 +118,7 @@ class InvarianceRun:
 
     def predict_all(self, use_cache: bool = True, extra: Sequence[Row] = ()) -> list[np.ndarray]:
         out: list[np.ndarray | None] = [None] * len(self.rows)
-        for idx in _by_cluster(self.rows):
+        for idx in cluster_indices(self.rows):
             scored = self.scorer.score_predict([self.rows[i] for i in idx] + list(extra), use_cache=use_cache)
             for i, logits in zip(idx, scored):
                 out[i] = logits

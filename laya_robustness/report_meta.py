@@ -29,6 +29,7 @@ def run_meta(session, device: str) -> dict:
         "families": list(session.families),
         "model": identity,
         "device": device,
+        "scoring_path": session.scoring_path,
         "precision": {"batch": session.precision, "predict": "fp32"},
         "batch_size": session.batch_size,
         "temperatures": session.temperatures,

@@ -46,25 +46,23 @@ class Scoring:
     temperatures: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TEMPERATURES))
 
     def logits(self, rows: Sequence[Row]):
+        """Logits of every row: one batch-path call, or one predict call per image cluster."""
         if self.path == "batch":
             return self.scorer.score_batch(rows)
-        out = []
-        for cluster_rows in _by_cluster(rows):
-            out += self.scorer.score_predict(cluster_rows)
-        order = {id(r): i for i, r in enumerate(_flatten(_by_cluster(rows)))}
-        return [out[order[id(r)]] for r in rows]
+        out = [None] * len(rows)
+        for idx in cluster_indices(rows):
+            for i, logits in zip(idx, self.scorer.score_predict([rows[i] for i in idx])):
+                out[i] = logits
+        return out
 
     def records(self, rows: Sequence[Row]) -> list[dict]:
         """One prediction record per row (logits 4 d.p., calibrated probs 5 d.p., argmax)."""
         return [prediction_record(r, lg, self.temperatures) for r, lg in zip(rows, self.logits(rows))]
 
 
-def _by_cluster(rows: Sequence[Row]) -> list[list[Row]]:
-    groups: dict[str, list[Row]] = {}
-    for r in rows:
-        groups.setdefault(r.cluster, []).append(r)
+def cluster_indices(rows: Sequence[Row]) -> list[list[int]]:
+    """Indices of the rows grouped by image cluster, clusters in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(r.cluster, []).append(i)
     return list(groups.values())
-
-
-def _flatten(groups):
-    return [r for g in groups for r in g]

@@ -29,6 +29,8 @@ OPTIONS = (
     Option("--families", ",".join(CORE_FAMILIES), "comma-separated families to score"),
     Option("--batch-size", "16", "rows per forward on the batch path"),
     Option("--device", "cpu", "device of the tests not marked gpu (gpu-marked tests use cuda)"),
+    Option("--scoring-path", "batch", "how family rows are scored: batch (many rows per forward) or predict "
+           "(fp32, one call per image, prefix cache)"),
     Option("--precision", "auto", "batch-path precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16"),
     Option("--thresholds", "thresholds.toml", "the gate's limits file"),
     Option("--report-dir", "reports", "where summary.json and predictions.jsonl.gz are written"),

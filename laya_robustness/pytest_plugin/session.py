@@ -44,6 +44,9 @@ class RobustnessSession:
         self.rows_per_set = int(options.get(config, "--rows-per-set"))
         self.batch_size = int(options.get(config, "--batch-size"))
         self.precision = options.get(config, "--precision")
+        self.scoring_path = options.get(config, "--scoring-path")
+        if self.scoring_path not in ("batch", "predict"):
+            raise pytest.UsageError(f"--scoring-path: {self.scoring_path!r} is not batch or predict")
         self.default_device = options.get(config, "--device")
         self.model_name = options.get(config, "--model")  # as the user gave it: recorded in meta
         local = options.get_path(config, "--model")
@@ -140,7 +143,7 @@ class RobustnessSession:
         key = (family, dataset, device)
         if key in self._scored:
             return
-        scoring = Scoring(self.scorer(device), "batch", self.temperatures)
+        scoring = Scoring(self.scorer(device), self.scoring_path, self.temperatures)
         store = self.records.setdefault(device, {})
         for rec in scoring.records(family_rows(family, self.rows[dataset], self.seed)):
             store[rec["row_id"]] = rec
@@ -239,9 +242,10 @@ class RobustnessSession:
         summary = self.full_summary(device)
         identity = dict(self.identities.get(device, {}))
         identity.pop("model", None)
+        metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
         return {"model": self.model_name, "identity": identity, "seed": self.seed,
                 "rows_per_set": self.rows_per_set, "temperatures": self.temperatures,
-                "families": _rounded(summary["families"], 4)}
+                **_rounded(metrics, 4)}
 
     # -- reports --------------------------------------------------------------------------------
 

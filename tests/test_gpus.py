@@ -1,0 +1,23 @@
+"""One GPU per xdist worker, chosen from the worker id and an outer CUDA_VISIBLE_DEVICES."""
+
+from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, visible_gpus
+
+
+def test_workers_take_the_outer_visible_gpus_in_turn():
+    chosen = []
+    for worker in ("gw0", "gw1", "gw2", "gw3", "gw4"):
+        env = {"CUDA_VISIBLE_DEVICES": "3,5,7"}
+        chosen.append(assign_worker_gpu(worker, env))
+        assert env["CUDA_VISIBLE_DEVICES"] == chosen[-1]
+    assert chosen == ["3", "5", "7", "3", "5"]
+
+
+def test_no_visible_gpu_leaves_the_environment_alone():
+    env = {"CUDA_VISIBLE_DEVICES": ""}
+    assert assign_worker_gpu("gw1", env) is None and env == {"CUDA_VISIBLE_DEVICES": ""}
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": " 0 , 2 "}) == ["0", "2"]
+
+
+def test_a_controller_id_is_not_a_worker():
+    env = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert assign_worker_gpu("master", env) is None and env["CUDA_VISIBLE_DEVICES"] == "0,1"
