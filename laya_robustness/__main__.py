@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--rows-per-set", type=int, default=None)
     r.add_argument("--seed", type=int, default=None)
     r.set_defaults(run=_fixture_rows)
-    t = fsub.add_parser("train", help="train the tiny SmolVLM checkpoint (about 20 minutes on 2 cores)")
+    t = fsub.add_parser("train", help="train the tiny SmolVLM checkpoint (about 50 minutes on 2 cores)")
     t.add_argument("--out", type=Path, default=FIXTURES / "tiny-smolvlm")
     t.add_argument("--steps", type=int, default=None)
     t.set_defaults(run=_fixture_train)

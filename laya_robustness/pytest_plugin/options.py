@@ -35,6 +35,7 @@ OPTIONS = (
     Option("--thresholds", "thresholds.toml", "the gate's limits file"),
     Option("--report-dir", "reports", "where summary.json and predictions.jsonl.gz are written"),
     Option("--temperatures", "choice=1.0,noul=1.0,score=1.0", "per-primitive temperatures for probabilities and ECE"),
+    Option("--ece-floor-sims", "0", "ECE noise-floor redraws added to summary.json's floor block (0: none)"),
     Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition"),
     Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'"),
     Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),

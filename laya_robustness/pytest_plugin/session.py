@@ -73,6 +73,7 @@ class RobustnessSession:
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
         self.usage_error: pytest.UsageError | None = None
         self.invariance_rows = int(options.get(config, "--invariance-rows"))
+        self.ece_floor_sims = int(options.get(config, "--ece-floor-sims"))
         self._invariance: dict[str, InvarianceRun] = {}
         self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
 
@@ -287,7 +288,7 @@ class RobustnessSession:
             out.mkdir(parents=True, exist_ok=True)
             ordered = [recs[k] for k in sorted(recs)]
             write_predictions(out / "predictions.jsonl.gz", ordered)
-            summary = summarize(ordered, meta=self.meta(device), seed=self.seed)
+            summary = summarize(ordered, meta=self.meta(device), seed=self.seed, ece_floor_sims=self.ece_floor_sims)
             self.summaries[device] = summary
             (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
             written += [out / "predictions.jsonl.gz", out / "summary.json"]
