@@ -33,7 +33,7 @@ def to_label_order(row: Row, shown_logits: Sequence[float]) -> np.ndarray:
 
 
 def prediction_record(row: Row, logits: np.ndarray, temperatures: dict) -> dict:
-    """One predictions.jsonl line: ids, family/variant, label, raw logits (4 d.p.), probs (5 d.p.), argmax.
+    """One predictions.jsonl line: ids, family/variant, label, raw logits (4 d.p.), probs (5 d.p.), argmax, meta.
 
     The argmax is taken on the rounded logits, so the record is self-consistent
     and a summary re-made from the file equals the online one.
@@ -44,5 +44,5 @@ def prediction_record(row: Row, logits: np.ndarray, temperatures: dict) -> dict:
         "row_id": row.row_id, "group_id": row.group_id, "cluster": row.cluster, "dataset": row.dataset,
         "family": row.family, "variant": row.variant, "primitive": row.primitive, "label": row.label,
         "n_images": len(row.images), "logits": rounded, "probs": [round(float(p), 5) for p in probs],
-        "argmax": int(np.argmax(rounded)),
+        "argmax": int(np.argmax(rounded)), "meta": dict(row.meta),
     }
