@@ -41,8 +41,9 @@ def gate(pytester, monkeypatch):
 
 
 def run(pytester, *args, subprocess=False):
-    args = ("robustness_tests", "--thresholds", "limits.toml", "-k", "not (snapshot or benchmark or invariance)",
-            *args)
+    # importlib mode: the copied gate modules must not clash with the real ones already imported
+    args = ("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml",
+            "-k", "not (snapshot or benchmark or invariance)", *args)
     return pytester.runpytest_subprocess(*args) if subprocess else pytester.runpytest(*args)
 
 

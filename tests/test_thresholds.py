@@ -127,22 +127,19 @@ def test_known_limitation_lookup(tmp_path):
     assert t.known_limitation("image_shuffle", "left_of_yesno", "max_flip") is None
 
 
-def test_repo_thresholds_file_is_valid_and_has_no_limits_yet():
+def test_repo_thresholds_file_is_valid_for_the_embedded_default():
+    from laya_robustness.families import family_names
+    from laya_robustness.fixture_rows import SET_NAMES
+    from laya_robustness.pytest_plugin.session import INVARIANCE_CONDITIONS
+
     path = Path(__file__).resolve().parents[1] / "thresholds.toml"
-    t = load(path)
-    assert t.families == () and t.conditions == () and t.known_limitations == ()
-    assert t.limits_for("text", "exists_yesno") == {}
-
-
-def test_repo_thresholds_placeholders_are_valid_once_uncommented(tmp_path):
-    text = (Path(__file__).resolve().parents[1] / "thresholds.toml").read_text(encoding="utf-8")
-    body = text.split("\nversion = 1\n", 1)[1]  # the placeholders after the version line
-    uncommented = "\n".join(re.sub(r"^# ?", "", line) for line in body.splitlines())
-    uncommented = uncommented.replace('reason = "..."', 'reason = "a measured limitation"')
-    t = load(write(tmp_path, "version = 1\n" + uncommented))
-    assert "text" in t.families and t.limits_for("text", "exists_yesno")["max_flip"] == 0.10
-    assert t.invariance_limits("repeat") == {"bitwise": True}
-    assert len(t.known_limitations) == 1
+    t = load_thresholds(path, families=("orig", *family_names()), datasets=SET_NAMES,
+                        conditions=INVARIANCE_CONDITIONS)
+    assert {"orig", "option_order", "text", "image", "image_shuffle", "text_only"} <= set(t.families)
+    assert t.limits_for("orig", "exists_yesno")["min_acc"] == 0.75 and t.limits_for("orig", "count_choice")["min_acc"] == 0.5
+    assert t.invariance_limits("repeat_batch") == {"bitwise": True}
+    assert t.known_limitations and all(len(k.reason) > 20 for k in t.known_limitations)
+    assert t.known_limitation("image_shuffle", "left_of_yesno", "min_gap") is not None
 
 
 def test_a_file_with_only_the_version_is_valid(tmp_path):

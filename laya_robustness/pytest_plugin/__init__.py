@@ -46,6 +46,9 @@ def robustness_session(config: pytest.Config) -> RobustnessSession:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Only the gate's tests (those that use the ``robustness`` fixture) get the dataset and device axes.
+    if "robustness" not in metafunc.fixturenames:
+        return
     session = robustness_session(metafunc.config)
     if "dataset" in metafunc.fixturenames:
         metafunc.parametrize("dataset", session.datasets_for_collection())
