@@ -6,7 +6,7 @@ import pytest
 
 from laya_robustness.families import family_names
 from laya_robustness.pytest_plugin import options
-from laya_robustness.pytest_plugin.gpus import assign_worker_gpu
+from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, HarnessError, RobustnessSession
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
@@ -38,6 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
                                 "snapshot files when workers write them; rerun with -n 0")
     if _is_worker(config):
         assign_worker_gpu(config.workerinput["workerid"])
+        threads = worker_threads(int(config.workerinput.get("workercount", 1)))
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
     config.stash[SESSION_KEY] = RobustnessSession(config)
 
 

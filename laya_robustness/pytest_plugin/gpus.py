@@ -1,4 +1,4 @@
-"""One GPU per xdist worker: pick it from the worker id before torch initialises CUDA."""
+"""One GPU per xdist worker (picked from the worker id before torch initialises CUDA), and a CPU share."""
 
 from __future__ import annotations
 
@@ -35,3 +35,15 @@ def assign_worker_gpu(worker_id: str, environ: MutableMapping[str, str] | None =
     chosen = gpus[int(worker_id[2:]) % len(gpus)]
     environ["CUDA_VISIBLE_DEVICES"] = chosen
     return chosen
+
+
+def worker_threads(worker_count: int, environ: MutableMapping[str, str] | None = None) -> int | None:
+    """The CPU threads one of ``worker_count`` workers should use: cores / workers, at least 1.
+
+    None when the user pinned ``OMP_NUM_THREADS`` themselves (theirs wins). Without this, every worker
+    would start one thread per core and the workers would oversubscribe the machine.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("OMP_NUM_THREADS") or worker_count < 1:
+        return None
+    return max(1, (os.cpu_count() or 1) // worker_count)
