@@ -51,7 +51,7 @@ def donor_clusters(rows: Sequence[Row], seed: int) -> dict[str, str]:
     return donors
 
 
-def _cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
+def cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
     """cluster -> the images of its row with the smallest row_id."""
     chosen: dict[str, Row] = {}
     for row in rows:
@@ -63,7 +63,7 @@ def _cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
 @register(FAMILY)
 def build(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row with images, given the images of its cluster's donor."""
-    donors, images = donor_clusters(rows, seed), _cluster_images(rows)
+    donors, images = donor_clusters(rows, seed), cluster_images(rows)
     out = []
     for row in rows:
         if row.images and row.cluster in donors:

@@ -35,10 +35,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from PIL import Image
 
 from laya_robustness.families import register
-from laya_robustness.families.image_shuffle import donor_clusters
+from laya_robustness.families.image_shuffle import cluster_images, donor_clusters
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -106,15 +105,6 @@ def build_option_set(rows: Sequence[Row], seed: int) -> list[Row]:
     return out
 
 
-def _cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
-    """cluster -> the images of its row with the smallest row_id (image_shuffle's rule)."""
-    chosen: dict[str, Row] = {}
-    for row in rows:
-        if row.images and (row.cluster not in chosen or row.row_id < chosen[row.cluster].row_id):
-            chosen[row.cluster] = row
-    return {cluster: row.images for cluster, row in chosen.items()}
-
-
 def _abstain_variants(row: Row, donors: dict[str, str], images: dict[str, tuple]) -> list[Row]:
     out = []
     k = len(row.options)
@@ -135,5 +125,5 @@ def _abstain_variants(row: Row, donors: dict[str, str], images: dict[str, tuple]
 @register(ABSTAIN)
 def build_abstain(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every choice row without its gold option (k >= 3) and with "none of the above" added."""
-    donors, images = donor_clusters(rows, seed), _cluster_images(rows)
+    donors, images = donor_clusters(rows, seed), cluster_images(rows)
     return [v for row in rows if _is_choice(row) for v in _abstain_variants(row, donors, images)]
