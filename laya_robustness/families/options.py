@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-
 from laya_robustness.families import register
 from laya_robustness.families.image_shuffle import cluster_images, donor_clusters
 from laya_robustness.rng import keyed_rng
