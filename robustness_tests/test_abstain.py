@@ -1,4 +1,4 @@
-"""abstain (opt-in, `--families abstain`): the gold option removed, or "none of the above" offered (with the real or a mismatched image)."""
+"""abstain: the gold option removed, or "none of the above" offered (with the real or a mismatched image)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""form_choice (opt-in, `--families form_choice`): the same judgment asked in the other primitive (yes/no as a choice, a choice as k yes/no rows)."""
+"""form_choice: the same judgment asked in the other primitive (yes/no as a choice, a choice as k yes/no rows)."""
 
 import pytest
 

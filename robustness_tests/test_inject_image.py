@@ -1,4 +1,4 @@
-"""inject_image (opt-in, `--families inject_image`): the wrong option's text drawn into the image (typographic, adversarial)."""
+"""inject_image: the wrong option's text drawn into the image (typographic, adversarial)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""inject_text (opt-in, `--families inject_text`): a wrong answer planted in the question or its context (adversarial)."""
+"""inject_text: a wrong answer planted in the question or its context (adversarial)."""
 
 import pytest
 

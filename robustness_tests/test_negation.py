@@ -1,4 +1,4 @@
-"""negation (opt-in, `--families negation`): a negated yes/no frame with the label flipped."""
+"""negation: a negated yes/no frame with the label flipped."""
 
 import pytest
 

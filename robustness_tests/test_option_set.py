@@ -1,4 +1,4 @@
-"""option_set (opt-in, `--families option_set`): a distractor borrowed from another image's row, or a wrong option dropped."""
+"""option_set: a distractor borrowed from another image's row, or a wrong option dropped."""
 
 import pytest
 

@@ -11,8 +11,12 @@ Builder = Callable[[Sequence[Row], int], list[Row]]
 
 _REGISTRY: dict[str, Builder] = {}
 
-#: The families the gate runs by default, in the reference's order.
+#: The reference's five families, in its order: the flat accuracy / flip table.
 CORE_FAMILIES = ("option_order", "text", "image", "image_shuffle", "text_only")
+#: The extension families: each summarised in its own block of summary.json.
+EXTENSION_FAMILIES = ("option_set", "abstain", "form_choice", "negation", "inject_text", "inject_image")
+#: What the gate scores by default (``--families``).
+DEFAULT_FAMILIES = CORE_FAMILIES + EXTENSION_FAMILIES
 
 
 def register(name: str) -> Callable[[Builder], Builder]:

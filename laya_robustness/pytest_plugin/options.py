@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_robustness.families import CORE_FAMILIES
+from laya_robustness.families import DEFAULT_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ OPTIONS = (
     Option("--data", "laya_fixtures/rows", "JSONL manifest / VLMEvalKit TSV file, or a directory of them"),
     Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)"),
     Option("--seed", "0", "seed of row sampling, variants and the bootstrap"),
-    Option("--families", ",".join(CORE_FAMILIES), "comma-separated families to score"),
+    Option("--families", ",".join(DEFAULT_FAMILIES), "comma-separated families to score"),
     Option("--batch-size", "16", "rows per forward on the batch path"),
     Option("--device", "cpu", "device of the tests not marked gpu (gpu-marked tests use cuda)"),
     Option("--scoring-path", "batch", "how family rows are scored: batch (many rows per forward) or predict "

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from laya_robustness import checks
-from laya_robustness.families import CORE_FAMILIES, family_names
+from laya_robustness.families import CORE_FAMILIES, DEFAULT_FAMILIES, family_names
 from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
 from laya_robustness.pytest_plugin import options
 from laya_robustness.rows import RowError
@@ -232,7 +232,8 @@ class RobustnessSession:
     def snapshot_name(self, device: str) -> str:
         """One snapshot per model and run configuration: ``<model>.<device>.n<rows>.s<seed>.<families>``."""
         model = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.model_name.strip("/"))
-        families = "core" if self.families == CORE_FAMILIES else "+".join(self.families)
+        named = {DEFAULT_FAMILIES: "all", CORE_FAMILIES: "core"}
+        families = named.get(self.families, "+".join(self.families))
         return f"{model}.{'gpu' if device == GPU_DEVICE else 'cpu'}.n{self.rows_per_set}.s{self.seed}.{families}"
 
     def snapshot_view(self, device: str) -> dict:
