@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from laya_robustness.metrics import rounded
 from laya_robustness.metrics.accuracy import (
     balanced_accuracy,
     chance_rate,
@@ -36,7 +37,6 @@ from laya_robustness.metrics.floor import SIMS, floor_block
 from laya_robustness.predictions import check_record, read_predictions
 
 ORIG = "orig"
-DIGITS = 6
 
 #: extension family -> the summary block it is summarised in (kept out of "families").
 EXTENSION_BLOCKS = {
@@ -48,17 +48,6 @@ EXTENSION_BLOCKS = {
     "inject_image": "injection",
 }
 _BLOCK_FUNCTIONS = {"options": options_block, "form": form_block, "injection": injection_block}
-
-
-def _rounded(x: Any) -> Any:
-    """Floats rounded to 6 d.p. (never -0.0); lists and dicts recursively; anything else as is."""
-    if isinstance(x, float):
-        return round(x, DIGITS) + 0.0
-    if isinstance(x, list):
-        return [_rounded(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _rounded(v) for k, v in x.items()}
-    return x
 
 
 def _sorted_records(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -245,7 +234,7 @@ def summarize(
     out.update(_extension_blocks(records))
     if ece_floor_sims > 0:
         out["floor"] = floor_block(core, sims=ece_floor_sims, seed=seed)
-    return {k: v if k == "meta" else _rounded(v) for k, v in out.items()}
+    return {k: v if k == "meta" else rounded(v) for k, v in out.items()}
 
 
 def summary_cell(summary: Mapping[str, Any], family: str, dataset: str) -> Mapping[str, Any]:

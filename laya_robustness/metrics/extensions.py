@@ -49,11 +49,11 @@ from collections import defaultdict
 from itertools import combinations
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from laya_robustness.metrics import rounded
 from laya_robustness.metrics.accuracy import GroupKey, group_accuracy, group_key, orig_by_group, paired_delta
 from laya_robustness.predictions import check_record
 
 Record = Mapping[str, Any]
-DIGITS = 6
 ORIG = "orig"
 YES = 1
 COMPLEMENT_BAND = (0.9, 1.1)
@@ -65,14 +65,6 @@ INJECTION_VARIANTS = {"inject_text": ("blunt", "authority", "context"), "inject_
 
 
 # --- shared helpers ---------------------------------------------------------------------------
-
-
-def _rounded(x: Any) -> Any:
-    if isinstance(x, float):
-        return round(x, DIGITS) + 0.0
-    if isinstance(x, dict):
-        return {k: _rounded(v) for k, v in x.items()}
-    return x
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -130,7 +122,7 @@ def _block(
     for family, variants in families.items():
         cells = _cells(recs, family, variants)
         if cells:
-            out[family] = {ds: _rounded(cell(family, rows, orig)) for ds, rows in cells.items()}
+            out[family] = {ds: rounded(cell(family, rows, orig)) for ds, rows in cells.items()}
     return out
 
 

@@ -11,6 +11,7 @@ import pytest
 from laya_robustness import checks
 from laya_robustness.families import CORE_FAMILIES, DEFAULT_FAMILIES, family_names
 from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
+from laya_robustness.metrics import rounded
 from laya_robustness.pytest_plugin import options
 from laya_robustness.rows import RowError
 from laya_robustness.run import ORIG, Scoring, family_rows, load_source_rows
@@ -19,16 +20,6 @@ from laya_robustness.thresholds import ThresholdsError, load_thresholds
 
 GPU_DEVICE = "cuda"
 INVARIANCE_CONDITIONS = (*CONDITION_NAMES, BF16_BUDGET)
-
-
-def _rounded(value, digits: int):
-    if isinstance(value, float):
-        return round(value, digits)
-    if isinstance(value, dict):
-        return {k: _rounded(v, digits) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v, digits) for v in value]
-    return value
 
 
 class HarnessError(RuntimeError):
@@ -244,7 +235,7 @@ class RobustnessSession:
         metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
         return {"model": self.model_name, "identity": identity, "seed": self.seed,
                 "rows_per_set": self.rows_per_set, "temperatures": self.temperatures,
-                **_rounded(metrics, 4)}
+                **rounded(metrics, 4)}
 
     # -- reports --------------------------------------------------------------------------------
 
@@ -267,23 +258,27 @@ class RobustnessSession:
 
         return run_meta(self, device)
 
+    def _device_report_dir(self, device: str) -> Path:
+        """``--report-dir`` itself when one device ran, else its ``<device>/`` subfolder (created)."""
+        several = len(set(self.records) | set(self.invariance_results)) > 1
+        out = self.report_dir / device if several else self.report_dir
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+
     def write_reports(self) -> list[Path]:
         """predictions.jsonl.gz and summary.json per device (under ``<device>/`` when several ran)."""
         from laya_robustness.predictions import write_predictions
         from laya_robustness.report_meta import invariance_meta
 
         written = []
-        devices = set(self.records) | set(self.invariance_results)
         for device, conditions in sorted(self.invariance_results.items()):
-            out = self.report_dir if len(devices) == 1 else self.report_dir / device
-            out.mkdir(parents=True, exist_ok=True)
+            out = self._device_report_dir(device)
             path = out / "invariance.json"
             report = {"meta": invariance_meta(self, device), "conditions": dict(sorted(conditions.items()))}
             path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
             written.append(path)
         for device, recs in sorted(self.records.items()):
-            out = self.report_dir if len(devices) == 1 else self.report_dir / device
-            out.mkdir(parents=True, exist_ok=True)
+            out = self._device_report_dir(device)
             ordered = [recs[k] for k in sorted(recs)]
             write_predictions(out / "predictions.jsonl.gz", ordered)
             summary = summarize(ordered, meta=self.meta(device), seed=self.seed, ece_floor_sims=self.ece_floor_sims)
