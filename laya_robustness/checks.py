@@ -378,13 +378,32 @@ def _worst_ece(groups, origs, family, dataset):
     return ranked
 
 
+def _worst_asr(groups, origs, family, dataset):
+    """Groups by the share of their variants pulled to the attack target (``meta["target"]``), highest first.
+
+    Only variants whose group's orig answer was not already the target count, as in the ASR itself.
+    """
+    _need_orig(origs, dataset, "max_asr")
+    ranked = []
+    for g, rows in groups.items():
+        if g not in origs:
+            continue
+        attackable = [r for r in rows if origs[g]["argmax"] != int(r["meta"]["target"])]
+        hits = [r for r in attackable if r["argmax"] == int(r["meta"]["target"])]
+        if hits:
+            line = (f"{g}: {_orig_text(origs[g])}, target {int(hits[0]['meta']['target'])} -> variants "
+                    f"{_answers(attackable)} ({len(hits)}/{len(attackable)} took the target)")
+            ranked.append((-len(hits) / len(attackable), g, line))
+    return ranked
+
+
 _WORST = {
     "max_flip": _worst_flip,
     "max_drop": _worst_drop,
     "min_gap": _worst_gap,
     "min_acc": _worst_acc,
     "max_ece": _worst_ece,
-    "max_asr": _worst_flip,  # records carry no attack target: show the groups whose answers moved
+    "max_asr": _worst_asr,
 }
 assert tuple(_WORST) == CHECKS
 
@@ -392,7 +411,7 @@ assert tuple(_WORST) == CHECKS
 def worst_groups(records: Iterable[Mapping[str, Any]], family: str, dataset: str, check: str, n: int = 5) -> list[str]:
     """Up to ``n`` ready-made lines naming what contributes most to a failure of ``check`` on the cell.
 
-    max_flip (and max_asr): groups by flip rate; max_drop: by accuracy loss vs orig; min_acc: by
+    max_flip: groups by flip rate; max_asr: by the share of variants pulled to the target; max_drop: by accuracy loss vs orig; min_acc: by
     accuracy, lowest first; min_gap: groups still right under the control; max_ece: wrong rows by
     confidence. Only contributing groups are listed; ties are broken by group_id (then row_id).
     No row of (family, dataset), or no orig row where the rule needs one, raises ValueError.

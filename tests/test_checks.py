@@ -244,7 +244,22 @@ def test_worst_groups_max_flip_lines_and_order():
         "g3: orig answer 1 (label 2) -> variants reverse:1, shift1:2, shift2:2 (2/3 flipped)",  # tie with g1
         "g5: orig answer 0 (label 0) -> variants reverse:0, shift1:1, shift2:0 (1/3 flipped)",
     ]  # g2 never flips: left out
-    assert worst_groups(noisy_records(), "option_order", "d", "max_asr") == got
+
+
+def test_worst_groups_max_asr_lists_groups_pulled_to_their_target():
+    # group: (orig argmax, target, {variant: argmax}); label 0 everywhere
+    table = {"g1": (0, 2, {"blunt": 2, "authority": 2, "context": 0}),
+             "g2": (1, 1, {"blunt": 1, "authority": 1, "context": 1}),  # already the target: not attackable
+             "g3": (0, 1, {"blunt": 1, "authority": 0, "context": 0}),
+             "g4": (0, 2, {"blunt": 0, "authority": 1, "context": 0})}  # never takes the target
+    out = []
+    for g, (orig, target, variants) in table.items():
+        out.append(rec(g, "orig", "orig", orig, label=0))
+        out += [{**rec(g, "inject_text", v, am, label=0), "meta": {"target": target}} for v, am in variants.items()]
+    assert worst_groups(list(reversed(out)), "inject_text", "d", "max_asr") == [
+        "g1: orig answer 0 (label 0), target 2 -> variants authority:2, blunt:2, context:0 (2/3 took the target)",
+        "g3: orig answer 0 (label 0), target 1 -> variants authority:0, blunt:1, context:0 (1/3 took the target)",
+    ]
 
 
 def test_worst_groups_max_drop():
