@@ -38,7 +38,10 @@ def _fixture_train(args) -> int:
 
     from laya_robustness.train_fixture import STEPS
 
-    record = train(args.out, steps=args.steps if args.steps is not None else STEPS)
+    from laya_robustness.train_fixture import TRAIN_SEED
+
+    seed = args.seed if args.seed is not None else TRAIN_SEED
+    record = train(args.out, steps=args.steps if args.steps is not None else STEPS, seed=seed)
     print(record)
     return 0
 
@@ -68,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     t = fsub.add_parser("train", help="train the tiny SmolVLM checkpoint (about 50 minutes on 2 cores)")
     t.add_argument("--out", type=Path, default=FIXTURES / "tiny-smolvlm")
     t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--seed", type=int, default=None, help="seed of the training rows, the initial weights and the "
+                   "batches (default: 1; the validation rows use 0)")
     t.set_defaults(run=_fixture_train)
     return p
 
