@@ -1,4 +1,4 @@
-"""One gate run's data work: sample the source rows, build a family's variants, score them into records."""
+"""One gate run's data work: sample the source rows and score rows into prediction records."""
 
 from __future__ import annotations
 
@@ -6,13 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from laya_robustness.families import build_variants
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
+from laya_robustness.records import prediction_record
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row, load_rows
-from laya_robustness.scoring.base import prediction_record
-
-ORIG = "orig"
 
 
 def sample_rows(rows: Sequence[Row], n: int, seed: int) -> list[Row]:
@@ -30,11 +27,6 @@ def sample_rows(rows: Sequence[Row], n: int, seed: int) -> list[Row]:
 def load_source_rows(data: str | Path, rows_per_set: int, seed: int) -> dict[str, list[Row]]:
     """The sampled source rows of every dataset under ``data``, by dataset name (sorted)."""
     return {name: sample_rows(rows, rows_per_set, seed) for name, rows in sorted(load_rows(data).items())}
-
-
-def family_rows(family: str, source: Sequence[Row], seed: int) -> list[Row]:
-    """The rows a family scores for one dataset: the source rows themselves for ``orig``."""
-    return list(source) if family == ORIG else build_variants(family, source, seed)
 
 
 @dataclass
