@@ -1,24 +1,70 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,fixtures}``."""
+"""Command line: ``python -m laya_robustness {summarize,floor,fixtures}``.
+
+Exit codes: 0 done, 4 a usage error (a bad or unreadable input file, a bad argument), printed as one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 FIXTURES = Path("laya_fixtures")
+USAGE_ERROR = 4
+
+
+def sibling_meta(predictions_path: Path) -> dict:
+    """The "meta" of the summary.json beside the predictions file, or {}."""
+    sibling = predictions_path.parent / "summary.json"
+    if not sibling.is_file():
+        return {}
+    try:
+        data = json.loads(sibling.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    meta = data.get("meta") if isinstance(data, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def summarize_file(predictions_path: str | Path, out_path: str | Path, ece_floor_sims: int = 0) -> int:
+    """Summarize a predictions file into ``out_path`` (JSON) and print the tables; returns 0.
+
+    The meta comes from the "meta" key of a ``summary.json`` beside the predictions, if present.
+    With ``ece_floor_sims`` > 0 the summary has the "floor" block (seed 0, as the rest).
+    """
+    from laya_robustness.predictions import read_predictions
+    from laya_robustness.summary import summarize
+    from laya_robustness.tables import format_table
+
+    predictions_path = Path(predictions_path)
+    summary = summarize(read_predictions(predictions_path), sibling_meta(predictions_path),
+                        ece_floor_sims=ece_floor_sims)
+    Path(out_path).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(format_table(summary))
+    return 0
+
+
+def print_floor(predictions_path: str | Path, sims: int = 200, seed: int = 0) -> int:
+    """Print the ECE noise floor table of a predictions file's flat families; returns 0."""
+    from laya_robustness.metrics.floor import floor_block
+    from laya_robustness.predictions import read_predictions
+    from laya_robustness.summary import flat_records
+    from laya_robustness.tables import format_floor_table
+
+    if not (isinstance(sims, int) and sims >= 1):
+        raise ValueError(f"--sims must be an int >= 1, got {sims!r}")
+    block = floor_block(flat_records(read_predictions(predictions_path)), sims=sims, seed=seed)
+    print(format_floor_table({"floor": block}))
+    return 0
 
 
 def _summarize(args) -> int:
-    from laya_robustness.summary import run_cli
-
-    return run_cli(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
+    return summarize_file(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
 
 
 def _floor(args) -> int:
-    from laya_robustness.summary import run_floor_cli
-
-    return run_floor_cli(args.predictions, sims=args.sims, seed=args.seed)
+    return print_floor(args.predictions, sims=args.sims, seed=args.seed)
 
 
 def _fixture_rows(args) -> int:
@@ -81,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "out", "") is None and args.command == "summarize":
         args.out = args.predictions.with_name("summary.offline.json")
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (OSError, ValueError) as exc:  # PredictionError, RowError and ThresholdsError are ValueErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":
