@@ -402,8 +402,17 @@ def count_strength(offset: int) -> str:
     return STRENGTHS[min(offset, 3) - 1]
 
 
+_ARTICLE_BEFORE = re.compile(r"\b(a|an)(\s+)$", re.IGNORECASE)
+
+
 def _replace(text: str, span: tuple[int, int], word: str) -> str:
-    return text[:span[0]] + _match_case(word, text[span[0]:span[1]]) + text[span[1]:]
+    """``text`` with ``span`` replaced by ``word`` (its case kept); an "a"/"an" right before it follows the new word."""
+    head = text[:span[0]]
+    article = _ARTICLE_BEFORE.search(head)
+    if article:
+        new = "an" if word[:1].lower() in "aeiou" else "a"
+        head = head[:article.start(1)] + _match_case(new, article.group(1)) + article.group(2)
+    return head + _match_case(word, text[span[0]:span[1]]) + text[span[1]:]
 
 
 _THERE = re.compile(r"there\s+(is|are)\s", re.IGNORECASE)

@@ -155,6 +155,10 @@ def test_word_list_flips_check_every_caption_of_the_image():
                                                                         ["Two dogs and three people"])}
     assert grades[("people", "men")] == "weak" and grades[("dogs", "cars")] == "strong"
     assert not any(f.attribute == "count" for f in word_list_flips("A dog", ["A dog"]))
+    article = {(f.source, f.target): f.text
+               for f in word_list_flips("A man holding an umbrella", ["A man holding an umbrella"])}
+    assert article[("umbrella", "cup")] == "A man holding a cup"
+    assert article[("man", "elephant")] == "An elephant holding an umbrella"
 
 
 def test_build_flips_one_per_bucket_contradicting_the_scene():
