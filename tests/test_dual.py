@@ -16,6 +16,17 @@ EMBEDDED_CLIP = ROOT / "laya_fixtures" / "tiny-clip"
 TEXT_LENGTH = 16
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run as fast on one thread, and stay fast when other processes share the cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _tokenizer(max_length):
     from laya_robustness.tiny_clip import build_tokenizer, vocabulary_from
 
