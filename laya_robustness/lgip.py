@@ -41,8 +41,9 @@ one substitution of a colour word, an object word or a count, which must contrad
 - Without scene facts (COCO captions): word lists. ``colour``: ``COLOUR_WORDS`` (not "orange",
   which is also a fruit) -> another colour word; ``object``: the one-word COCO categories and a few
   person words (``OBJECT_CATEGORIES``) -> another one, singular or plural as the original. The new
-  word must appear in no caption of the same image (the builder's rows of that cluster), so it
-  contradicts what every annotator saw. ``weak``: a similar colour (``SIMILAR_COLOURS``) or the same
+  word (either spelling of grey, either number of an object, or its ``SYNONYMS`` entry) must
+  appear in no caption of the same image (the builder's rows of that cluster), so it contradicts
+  what every annotator saw. ``weak``: a similar colour (``SIMILAR_COLOURS``) or the same
   COCO supercategory; ``strong``: otherwise. ``count``: a number word two..ten -> another one, graded
   by distance as above ("a" and "one" are not flipped: the noun's number would change).
 
@@ -114,7 +115,9 @@ COLOUR_WORDS = ("red", "yellow", "green", "blue", "purple", "pink", "brown", "bl
 SIMILAR_COLOURS = frozenset(frozenset(p) for p in (
     ("red", "pink"), ("red", "purple"), ("red", "brown"), ("pink", "purple"), ("blue", "purple"),
     ("yellow", "brown"), ("black", "gray"), ("black", "grey"), ("white", "gray"), ("white", "grey"),
-    ("white", "silver"), ("gray", "silver"), ("grey", "silver"), ("gray", "grey"), ("blue", "green")))
+    ("white", "silver"), ("gray", "silver"), ("grey", "silver"), ("blue", "green")))
+#: Spellings of one colour: never a flip of each other.
+SAME_COLOUR = {"grey": "gray"}
 #: One-word COCO categories (and person words) by COCO supercategory: singular -> plural.
 OBJECT_CATEGORIES = {
     "person": {"person": "people", "man": "men", "woman": "women", "boy": "boys", "girl": "girls",
@@ -176,10 +179,6 @@ def _finish(body: str, like: str, end: str) -> str:
     return _match_case(body, like) + end
 
 
-def _words(text: str) -> list[str]:
-    return text.split()
-
-
 def is_noun_phrase(text: str) -> bool:
     """Whether a caption reads as a noun phrase: no finite verb of ``FINITE_VERBS``, not "there ..."."""
     words = [w.lower() for w in _WORD.findall(text)]
@@ -221,7 +220,11 @@ def _wrapper(prefix: str, needs_noun_phrase: bool) -> Rule:
 
 
 def synonym(text: str) -> str | None:
-    """Every word of ``SYNONYMS`` replaced (its capitalisation kept); None if none occurs."""
+    """Every word of ``SYNONYMS`` replaced (its capitalisation kept); None if none occurs.
+
+    >>> synonym("Two dogs above a bike")
+    '2 dogs over a bicycle'
+    """
     out = _WORD.sub(lambda m: _match_case(SYNONYMS.get(m.group(0).lower(), m.group(0)), m.group(0)), text)
     return out if out != text else None
 
@@ -395,7 +398,11 @@ class Flip:
 
 
 def count_strength(offset: int) -> str:
-    """``weak`` for a count off by one, ``medium`` off by two, ``strong`` off by three or more."""
+    """``weak`` for a count off by one, ``medium`` off by two, ``strong`` off by three or more.
+
+    >>> [count_strength(d) for d in (1, -2, 3, 7)]
+    ['weak', 'medium', 'strong', 'strong']
+    """
     offset = abs(offset)
     if offset < 1:
         raise ValueError("a count flip changes the count")
@@ -462,14 +469,16 @@ _SINGULAR = {p: s for s, p in _PLURAL.items()}
 
 def word_list_flips(text: str, image_captions: Sequence[str]) -> list[Flip]:
     """Every colour, object and count flip of a caption by word lists; a new colour or object word
-    must occur in none of ``image_captions`` (all captions of the image)."""
-    mentioned = {w.lower() for c in image_captions for w in _WORD.findall(c)}
+    must occur neither in ``text`` nor in ``image_captions`` (the other captions of the image)."""
+    mentioned = {w.lower() for c in [text, *image_captions] for w in _WORD.findall(c)}
+    mentioned |= {SYNONYMS[w] for w in mentioned if w in SYNONYMS}
+    mentioned |= {SAME_COLOUR.get(w, w) for w in mentioned}
     candidates = []
     for m in _WORD.finditer(text):
         word, span = m.group(0).lower(), m.span()
         if word in COLOUR_WORDS:
             for colour in COLOUR_WORDS:
-                if colour != word and colour not in mentioned:
+                if SAME_COLOUR.get(colour, colour) not in mentioned:
                     strength = "weak" if frozenset((word, colour)) in SIMILAR_COLOURS else "strong"
                     candidates.append(Flip(_replace(text, span, colour), "colour", strength, word, colour))
         elif word in _OBJECT_SUPER:

@@ -1,5 +1,6 @@
 """LGIP variant builders: every paraphrase rule by hand, flips that really contradict, their grading, determinism."""
 
+import doctest
 import json
 from collections import Counter
 
@@ -155,6 +156,9 @@ def test_word_list_flips_check_every_caption_of_the_image():
                                                                         ["Two dogs and three people"])}
     assert grades[("people", "men")] == "weak" and grades[("dogs", "cars")] == "strong"
     assert not any(f.attribute == "count" for f in word_list_flips("A dog", ["A dog"]))
+    grey = word_list_flips("A grey cat on a couch", ["A grey cat on a couch", "A gray cat on a sofa"])
+    assert not any(f.target in ("gray", "grey", "sofa") for f in grey)
+    assert any(f.target == "white" for f in grey) and any(f.target == "dog" for f in grey)
     article = {(f.source, f.target): f.text
                for f in word_list_flips("A man holding an umbrella", ["A man holding an umbrella"])}
     assert article[("umbrella", "cup")] == "A man holding a cup"
@@ -213,3 +217,13 @@ def test_combined_flips_are_the_paraphrase_rule_applied_to_the_flips():
 def test_builders_refuse_rows_that_are_not_captions(fixture_rows):
     with pytest.raises(ValueError, match="not a caption row"):
         build_flips(fixture_rows["colour_choice"][:2], 0)
+
+
+def test_docstring_examples_hold():
+    import laya_robustness.captions
+    import laya_robustness.lgip
+    import laya_robustness.metrics.lgip
+
+    for module in (laya_robustness.captions, laya_robustness.lgip, laya_robustness.metrics.lgip):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
