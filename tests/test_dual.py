@@ -163,11 +163,18 @@ def test_each_distinct_image_and_text_is_encoded_once(scorer, caption_rows, monk
 
     monkeypatch.setattr(scorer, "image_embeddings", count_images)
     monkeypatch.setattr(scorer, "text_embeddings", count_texts)
-    rows = caption_rows[:4] + [dataclasses.replace(caption_rows[0], row_id="copy")]
+    firsts = list({r.cluster: r for r in reversed(caption_rows)}.values())  # one caption of each image
+    rows = firsts + caption_rows[:3] + [dataclasses.replace(caption_rows[0], row_id="copy")]
+    assert len(firsts) == 4
     # a copy of an image with the same pixels is the same image
     rows.append(dataclasses.replace(caption_rows[0], row_id="same-pixels", images=(caption_rows[0].images[0].copy(),)))
     scorer.score_predict(rows)
-    assert seen == {"images": [len({r.cluster for r in rows})], "texts": [len({r.options[0] for r in rows})]}
+    n_images, n_texts = len({r.cluster for r in rows}), len({r.options[0] for r in rows})
+    assert seen == {"images": [n_images], "texts": [n_texts]}
+    seen["images"], seen["texts"] = [], []
+    scorer.score_batch(rows)  # batch_size 3: the same distinct images and texts, three per forward
+    assert sum(seen["images"]) == n_images and max(seen["images"]) <= 3
+    assert sum(seen["texts"]) == n_texts and max(seen["texts"]) <= 3
 
 
 def test_bf16_weights_score_close_to_fp32(scorer, caption_rows):

@@ -58,9 +58,10 @@ def _image_key(image) -> tuple:
 class DualEncoderScorer:
     """Scores rows with a dual encoder: logit of option i = s(I, option_i), label order.
 
-    Batch path: ``batch_size`` rows per call of the encoders, each distinct image and text
-    encoded once; bf16 autocast on CUDA with precision ``auto``, fp32 on CPU. Predict path:
-    fp32, the given rows in one call (no cache: ``use_cache`` changes nothing).
+    Each distinct image (by content) and text of a call is encoded once. Batch path: up to
+    ``batch_size`` images or texts per encoder forward; bf16 autocast on CUDA with precision
+    ``auto``, fp32 on CPU. Predict path: fp32, all of the call's images in one forward and all
+    its texts in another (no cache: ``use_cache`` changes nothing).
     """
 
     def __init__(self, model, processor, *, kind: str, device: str = "cpu", precision: str = "auto",
@@ -156,10 +157,19 @@ class DualEncoderScorer:
         if not row.options:
             raise ValueError(f"row {row.row_id} ({row.dataset}) has no option to score")
 
-    def _score(self, rows: Sequence[Row], path: str) -> list[np.ndarray]:
+    @staticmethod
+    def _embed(encode, items: list, chunk: int | None) -> np.ndarray:
+        """L2-normalised float64 embeddings of ``items``, ``chunk`` items per encoder forward (None: all)."""
+        chunk = chunk or len(items)
+        emb = np.concatenate([encode(items[i:i + chunk]) for i in range(0, len(items), chunk)]).astype(np.float64)
+        return emb / np.linalg.norm(emb, axis=1, keepdims=True)
+
+    def _score(self, rows: Sequence[Row], path: str, chunk: int | None) -> list[np.ndarray]:
         """Cosine similarities of each row's image with its shown options, mapped to label order."""
         import torch
 
+        if not rows:
+            return []
         for row in rows:
             self._check(row)
         keys = [_image_key(r.images[0]) for r in rows]
@@ -170,10 +180,8 @@ class DualEncoderScorer:
         texts = list(dict.fromkeys(t for r in rows for t in r.shown_options))
         text_index = {t: i for i, t in enumerate(texts)}
         with torch.inference_mode(), self._autocast(path):
-            image_emb = self.image_embeddings(images).astype(np.float64)
-            text_emb = self.text_embeddings(texts).astype(np.float64)
-        image_emb /= np.linalg.norm(image_emb, axis=1, keepdims=True)
-        text_emb /= np.linalg.norm(text_emb, axis=1, keepdims=True)
+            image_emb = self._embed(self.image_embeddings, images, chunk)
+            text_emb = self._embed(self.text_embeddings, texts, chunk)
         out = []
         for key, row in zip(keys, rows):
             u = image_emb[image_index[key]]
@@ -182,12 +190,10 @@ class DualEncoderScorer:
         return out
 
     def score_batch(self, rows: Sequence[Row]) -> list[np.ndarray]:
-        """Similarities (label order) of every row, ``batch_size`` rows per encoder call."""
-        out: list[np.ndarray] = []
-        for start in range(0, len(rows), self.batch_size):
-            out += self._score(rows[start:start + self.batch_size], "batch")
-        return out
+        """Similarities (label order) of every row, up to ``batch_size`` images or texts per forward."""
+        return self._score(rows, "batch", self.batch_size)
 
     def score_predict(self, rows: Sequence[Row], use_cache: bool = True) -> list[np.ndarray]:
-        """fp32 similarities (label order) of the given rows in one call; ``use_cache`` has no effect."""
-        return self._score(rows, "predict") if rows else []
+        """fp32 similarities (label order) of the given rows, one forward for the images and one for
+        the texts; ``use_cache`` has no effect."""
+        return self._score(rows, "predict", None)
