@@ -23,10 +23,13 @@ def run_meta(session, device: str) -> dict:
     s = session.settings
     identity = dict(session.identities.get(device, {}))
     identity["model"] = s.model_name
+    dual = session.identities.get(f"{device}/dual")
+    if dual:
+        identity["dual"] = dict(dual)
     return {
         "seed": s.seed,
         "rows_per_set": s.rows_per_set,
-        "datasets": {name: len(rows) for name, rows in session.rows.items()},
+        "datasets": {name: len(rows) for name, rows in {**session.rows, **session.caption_rows}.items()},
         "families": list(s.families),
         "model": identity,
         "device": device,

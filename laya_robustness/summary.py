@@ -113,13 +113,13 @@ def flat_cell(rows: list, orig: Mapping, family: str, dataset: str, boot: Mappin
     }
 
 
-def block_cell(family: Family, rows: list, orig: Mapping) -> dict:
+def block_cell(family: Family, rows: list, orig: Mapping, boot: Mapping[str, int]) -> dict:
     """One cell of a non-flat block: the family's headline metrics, then its block metrics."""
     for r in rows:
         if not family.knows_variant(r["variant"]):
             raise ValueError(f"{r['row_id']}: unknown {family.name} variant {r['variant']!r} "
                              f"(known: {', '.join(family.variants)})")
-    return {**headline_values(family.headline, rows, orig), **family.cell(rows, orig)}
+    return {**headline_values(family.headline, rows, orig), **family.cell(rows, orig, boot)}
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
@@ -163,7 +163,7 @@ def summarize(
             if block == FLAT:
                 cells[dataset] = flat_cell(rows, orig, family, dataset, boot)
             else:
-                cells[dataset] = block_cell(decl, rows, orig)
+                cells[dataset] = block_cell(decl, rows, orig, boot)
     if ece_floor_sims > 0:
         out["floor"] = floor_block(flat_records(records), sims=ece_floor_sims, seed=seed)
     return {k: v if k == "meta" else rounded(v) for k, v in out.items()}

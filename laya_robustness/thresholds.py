@@ -29,9 +29,11 @@ TOP_LEVEL_KEYS = ("version", "families", "invariance", "known_limitations")
 #: What an overlay may hold: per-dataset overrides (under families.<f>.datasets) and known limitations.
 OVERLAY_KEYS = ("version", "families", "known_limitations")
 #: The check keys of a family (or dataset override) table, in the order they are evaluated.
-CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr", "min_acc_over_chance", "max_av", "max_v")
-#: Checks whose limit is a rate in [0, 1]; min_gap and min_acc_over_chance are signed differences in [-1, 1].
-RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr", "max_av", "max_v")
+CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr", "min_acc_over_chance", "max_av", "max_v",
+          "max_e_inv", "min_pr")
+#: Checks whose limit is a rate in [0, 1]; min_gap, min_acc_over_chance and max_e_inv are differences in [-1, 1]
+#: (max_e_inv a difference of cosine similarities).
+RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr", "max_av", "max_v", "min_pr")
 INVARIANCE_KEYS = ("bitwise", "max_abs_dp", "max_abs_dlogit", "max_flips")
 DATASETS_KEY = "datasets"
 LIMITATION_FIELDS = ("family", "dataset", "check", "reason")
@@ -101,6 +103,8 @@ def _table(path: Path, key: str, value: Any) -> dict:
 def _check_limit(path: Path, key: str, check: str, value: Any) -> float:
     if check in RATE_CHECKS:
         return _number(path, key, value, 0.0, 1.0)
+    if check == "max_e_inv":
+        return _number(path, key, value, 0.0, 2.0)  # |s - s'| of cosine similarities lies in [0, 2]
     return _number(path, key, value, -1.0, 1.0)  # min_gap, min_acc_over_chance
 
 

@@ -207,7 +207,8 @@ def test_extension_blocks_hold_their_families(ext_summary):
             for dataset, cell in by_dataset.items():
                 rows = sorted((r for r in records if r["family"] == family and r["dataset"] == dataset),
                               key=lambda r: (r["group_id"], r["variant"], r["row_id"]))
-                expected = {**headline_values(declaration.headline, rows, orig), **declaration.cell(rows, orig)}
+                boot = {"seed": 0, "n_boot": 300, "n_boot_ece": 100}
+                expected = {**headline_values(declaration.headline, rows, orig), **declaration.cell(rows, orig, boot)}
                 assert cell == rounded(expected)
     abstain = ext_summary["options"]["abstain"]["vsr"]
     # headline acc: group-weighted over the family's rows; here one add_none row per group, 1 of 4 right

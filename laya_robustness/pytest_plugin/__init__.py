@@ -58,6 +58,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session = robustness_session(metafunc.config)
     if "dataset" in metafunc.fixturenames:
         metafunc.parametrize("dataset", session.datasets_for_collection())
+    if "caption_set" in metafunc.fixturenames:
+        sets = session.caption_sets_for_collection()
+        if not sets:
+            reason = ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
+                      "--model, or --dual-model)")
+            sets = [pytest.param("none", marks=pytest.mark.skip(reason=reason))]
+        metafunc.parametrize("caption_set", sets)
     if "device" in metafunc.fixturenames:
         metafunc.parametrize("device", [pytest.param(session.default_device, id="cpu"),
                                         pytest.param(GPU_DEVICE, id="gpu", marks=pytest.mark.gpu)])

@@ -24,6 +24,7 @@ _PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 #: --limitations auto: the embedded default's known limitations, applied when its rows and model are the ones gated.
 EMBEDDED_DATA, EMBEDDED_MODEL = "laya_fixtures/rows", "laya_fixtures/tiny-smolvlm"
 EMBEDDED_LIMITATIONS = "laya_fixtures/limitations.toml"
+EMBEDDED_CAPTIONS, EMBEDDED_DUAL_MODEL = "laya_fixtures/captions", "laya_fixtures/tiny-clip"
 
 
 def _int(low: int) -> Callable[[str], int]:
@@ -143,6 +144,11 @@ OPTIONS = (
     Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition", _int(1)),
     Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'", parse_scorer),
     Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),
+    Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
+           "file, a caption JSONL file or a directory of them"),
+    Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
+           f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
+    Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
 )
 
 
@@ -191,6 +197,9 @@ class Settings:
     invariance_rows: int
     scorer: str
     attn_implementation: str
+    captions: Path
+    dual_model: str | None  # "auto" resolved later, when the model's kind is known
+    paraphrases: Path | None
 
 
 def _limitations(config: pytest.Config, text: str, data: Path, model: str) -> Path | None:
@@ -218,8 +227,15 @@ def read_settings(config: pytest.Config) -> Settings:
     model = str(local) if local.exists() else model_name  # else a hub id
     data = resolve(config, values.pop("data"))
     limitations = _limitations(config, values.pop("limitations"), data, model)
+    dual = values.pop("dual_model")
+    if dual not in ("auto", "none"):
+        local_dual = resolve(config, dual)
+        dual = str(local_dual) if local_dual.exists() else dual
+    paraphrases = values.pop("paraphrases")
     return Settings(
         model_name=model_name, model=model, data=data, limitations=limitations,
+        captions=resolve(config, values.pop("captions")), dual_model=None if dual == "none" else dual,
+        paraphrases=None if paraphrases == "none" else resolve(config, paraphrases),
         thresholds=resolve(config, values.pop("thresholds")), report_dir=resolve(config, values.pop("report_dir")),
         **values,
     )

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
 from laya_robustness import checks
-from laya_robustness.families import build_variants, declared
+from laya_robustness.families import build_variants, declared, get_family
 from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
-from laya_robustness.pytest_plugin.options import read_settings
+from laya_robustness.pytest_plugin.options import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL, read_settings, resolve
 from laya_robustness.records import ORIG, Record
 from laya_robustness.rows import RowError
 from laya_robustness.run import Scoring, load_source_rows
@@ -24,10 +25,52 @@ from laya_robustness.verdict import FAIL, XFAIL, XPASS, cell_verdict
 
 GPU_DEVICE = "cuda"
 INVARIANCE_CONDITIONS = (*CONDITION_NAMES, BF16_BUDGET)
+#: Invariance results of the dual encoder are reported under "dual:<condition>".
+DUAL_PREFIX = "dual:"
+#: The invariance conditions a dual encoder can take (one image per row; there is no prefix cache to vary).
+DUAL_CONDITIONS = ("repeat_batch", "repeat_predict", "batched", "batched_reversed", "bf16_weights",
+                   "predict_vs_batch")
 
 
 class HarnessError(RuntimeError):
     """The harness broke (a model that cannot load, a crash while scoring): not a gate failure (exit 3)."""
+
+
+DUAL_ENCODER_TYPES = ("clip", "siglip")
+
+
+def model_type(name_or_path: str) -> str | None:
+    """The checkpoint's ``config.model_type``, read from a local directory or the local hub cache only
+    (never the network: an id that is not cached gives None)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        try:
+            return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, "config.json")
+    except Exception:  # not a valid repo id, or no cache at all
+        return None
+    return model_type(str(Path(cached).parent)) if isinstance(cached, str) else None
+
+
+def identity_key(device: str, source: str) -> str:
+    """Where a scorer's identity is kept: the device for the question model, ``<device>/dual`` for captions."""
+    return device if source == "rows" else f"{device}/dual"
+
+
+def _with_paraphrases(rows_by_dataset: dict, path: Path) -> dict:
+    """Caption rows with the user's paraphrases of their row id in ``meta["paraphrases"]``."""
+    import dataclasses
+
+    from laya_robustness.lgip import load_paraphrases
+
+    user = load_paraphrases(path)
+    return {name: [dataclasses.replace(r, meta={**r.meta, "paraphrases": list(user[r.row_id])})
+                   if r.row_id in user else r for r in rows] for name, rows in rows_by_dataset.items()}
 
 
 class RobustnessSession:
@@ -37,6 +80,7 @@ class RobustnessSession:
         self.config = config
         self.settings = read_settings(config)
         self._rows = None
+        self._caption_rows = None
         self._thresholds = None
         self._scorers: dict[str, object] = {}
         self._load_errors: dict[str, str] = {}  # device -> why its scorer could not load (not retried)
@@ -59,6 +103,36 @@ class RobustnessSession:
     model_name = property(lambda self: self.settings.model_name)
     report_dir = property(lambda self: self.settings.report_dir)
 
+    # -- models -------------------------------------------------------------------------------------
+
+    @property
+    def model_is_dual(self) -> bool:
+        """Whether ``--model`` is a dual encoder (CLIP / SigLIP): it answers no questions, it is probed."""
+        return self.settings.scorer == "hf" and model_type(self.settings.model) in DUAL_ENCODER_TYPES
+
+    @property
+    def dual_model(self) -> str | None:
+        """The dual encoder the caption families probe (see ``--dual-model``), or None."""
+        chosen = self.settings.dual_model
+        if chosen != "auto":
+            return chosen
+        if self.model_is_dual:
+            return self.settings.model
+        if Path(self.settings.model).resolve() == resolve(self.config, EMBEDDED_MODEL).resolve():
+            return str(resolve(self.config, EMBEDDED_DUAL_MODEL))
+        return None
+
+    def skip_reason(self, family: str) -> str | None:
+        """Why a family cannot run with these models, or None."""
+        source = get_family(family).source
+        if source == "rows" and self.model_is_dual:
+            return (f"{self.settings.model_name} is a dual encoder: it answers no questions, so {family} does not "
+                    "apply (the lgip families probe it)")
+        if source == "captions" and self.dual_model is None:
+            return (f"{family} probes a dual encoder and none is given: pass a CLIP / SigLIP --model, or "
+                    "--dual-model <hub id or directory>")
+        return None
+
     # -- inputs ---------------------------------------------------------------------------------
 
     @property
@@ -74,6 +148,39 @@ class RobustnessSession:
     @property
     def datasets(self) -> list[str]:
         return list(self.rows)
+
+    def _probes_captions(self) -> bool:
+        selected = [get_family(f) for f in self.families]
+        return self.dual_model is not None and any(f.source == "captions" for f in selected)
+
+    @property
+    def caption_rows(self) -> dict:
+        """Caption rows by dataset (when a caption family is selected and a dual encoder is there), else {}."""
+        if self._caption_rows is None:
+            self._caption_rows = {}
+            if self._probes_captions():
+                from laya_robustness.captions import load_captions
+
+                try:
+                    rows = load_captions(self.settings.captions)
+                    if self.settings.paraphrases is not None:
+                        rows = _with_paraphrases(rows, self.settings.paraphrases)
+                except (RowError, FileNotFoundError) as exc:
+                    raise pytest.UsageError(f"--captions: {exc}") from exc
+                self._caption_rows = dict(sorted(rows.items()))
+        return self._caption_rows
+
+    def rows_of(self, family: str) -> dict:
+        """The source rows a family is built from, by dataset (question rows or caption rows)."""
+        return self.caption_rows if get_family(family).source == "captions" else self.rows
+
+    def caption_sets_for_collection(self) -> list[str]:
+        """Caption dataset names to parametrise over; a bad caption file is kept and raised after collection."""
+        try:
+            return list(self.caption_rows)
+        except pytest.UsageError as exc:
+            self.usage_error = exc
+            return []
 
     def validate_inputs(self) -> None:
         """Load rows and limits now; their errors are usage errors (exit 4), not test failures."""
@@ -101,7 +208,7 @@ class RobustnessSession:
             try:
                 self._thresholds = load_thresholds(
                     self.settings.thresholds, families={f.name: f.checks for f in declared()},
-                    datasets=self.datasets, conditions=INVARIANCE_CONDITIONS, overlays=overlays)
+                    datasets=[*self.datasets, *self.caption_rows], conditions=INVARIANCE_CONDITIONS, overlays=overlays)
             except ThresholdsError as exc:
                 raise pytest.UsageError(str(exc)) from exc
         return self._thresholds
@@ -111,36 +218,53 @@ class RobustnessSession:
             self.harness_errors.append(message)
         return HarnessError(message)
 
-    def scorer(self, device: str):
-        """The model on ``device``, loaded once per process; a failed load is remembered and not retried."""
-        if device in self._load_errors:
-            raise HarnessError(self._load_errors[device] + " (failed earlier in this run; not retried)")
-        if device not in self._scorers:
-            from laya_robustness.scoring import load_scorer
-
+    def scorer(self, device: str, source: str = "rows"):
+        """The model scoring ``source`` rows on ``device`` (the dual encoder for captions), loaded once per
+        process; a failed load is remembered and not retried. Its identity is kept under ``identity_key``."""
+        key = identity_key(device, source)
+        if key in self._load_errors:
+            raise HarnessError(self._load_errors[key] + " (failed earlier in this run; not retried)")
+        if key not in self._scorers:
             s = self.settings
+            model = self.dual_model if source == "captions" else s.model
             try:
-                self._scorers[device] = load_scorer(
-                    s.scorer, s.model, device=device, precision=s.precision,
-                    batch_size=s.batch_size, attn_implementation=s.attn_implementation)
-                self.identities[device] = dict(getattr(self._scorers[device], "identity", {}))
+                if source == "captions" or self.model_is_dual:
+                    from laya_robustness.scoring.dual import DualEncoderScorer
+
+                    scorer = DualEncoderScorer.from_pretrained(
+                        model, device=device, precision=s.precision, batch_size=s.batch_size,
+                        attn_implementation=s.attn_implementation)
+                else:
+                    from laya_robustness.scoring import load_scorer
+
+                    scorer = load_scorer(s.scorer, model, device=device, precision=s.precision,
+                                         batch_size=s.batch_size, attn_implementation=s.attn_implementation)
+                self._scorers[key] = scorer
+                self.identities[key] = dict(getattr(scorer, "identity", {}))
             except Exception as exc:  # any failure to load is the harness's, not the gate's
-                message = f"cannot load scorer {s.scorer!r} for model {s.model!r} on {device}: {exc}"
-                self._load_errors[device] = message
+                message = f"cannot load scorer {s.scorer!r} for model {model!r} on {device}: {exc}"
+                self._load_errors[key] = message
                 raise self._harness_error(message) from exc
-        return self._scorers[device]
+        return self._scorers[key]
 
     # -- scoring --------------------------------------------------------------------------------
 
+    def _source_of(self, family: str, dataset: str) -> str:
+        """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
+        if family == ORIG:
+            return "captions" if dataset in self.caption_rows else "rows"
+        return get_family(family).source
+
     def family_rows(self, family: str, dataset: str):
         """The rows ``family`` scores on one dataset (the source rows for orig)."""
-        return build_variants(family, self.rows[dataset], self.settings.seed)
+        source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
+        return build_variants(family, source[dataset], self.settings.seed)
 
     def _score(self, family: str, dataset: str, device: str) -> None:
         key = (family, dataset, device)
         if key in self._scored:
             return
-        scorer = self.scorer(device)
+        scorer = self.scorer(device, self._source_of(family, dataset))
         rows = self.family_rows(family, dataset)
         try:
             scored = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures).records(rows)
@@ -165,6 +289,9 @@ class RobustnessSession:
         """Evaluate every limit of (family, dataset); fail, xfail (known limitation), skip or pass."""
         if family != ORIG and family not in self.families:
             pytest.skip(f"{family} is not in --families ({','.join(self.families)})")
+        reason = self.skip_reason(family)
+        if reason:
+            pytest.skip(reason)
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
@@ -194,26 +321,36 @@ class RobustnessSession:
 
     # -- invariance -----------------------------------------------------------------------------
 
-    def invariance(self, condition: str, device: str) -> dict:
-        """The stats of one invariance condition on ``device`` (references computed once per process)."""
-        if device not in self._invariance:
+    def invariance(self, condition: str, device: str, source: str = "rows") -> dict:
+        """The stats of one invariance condition of the ``source`` model on ``device`` (references computed
+        once per process). The dual encoder is checked on caption rows, under the conditions it can take."""
+        if source == "rows" and self.model_is_dual:
+            pytest.skip("--model is a dual encoder: its invariance conditions run in test_dual_invariance")
+        if source == "captions" and self.dual_model is None:
+            pytest.skip("no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
+        if source == "captions" and condition not in DUAL_CONDITIONS:
+            pytest.skip(f"{condition} needs rows with several or no images, which a dual encoder does not score")
+        key = identity_key(device, source)
+        if key not in self._invariance:
             n = self.settings.invariance_rows
-            rows = [r for name in self.datasets for r in self.rows[name][:n]]
-            self._invariance[device] = InvarianceRun(self.scorer(device), rows, self.settings.batch_size,
-                                                     self.settings.temperatures)
+            rows_by_dataset = self.caption_rows if source == "captions" else self.rows
+            rows = [r for name in rows_by_dataset for r in rows_by_dataset[name][:n]]
+            self._invariance[key] = InvarianceRun(self.scorer(device, source), rows, self.settings.batch_size,
+                                                  self.settings.temperatures)
         try:
-            stats = self._invariance[device].run(condition)
+            stats = self._invariance[key].run(condition)
         except ConditionNotSupported as exc:
             pytest.skip(f"{condition} is not supported by this scorer: {exc}")
         except Exception as exc:
             raise self._harness_error(f"invariance condition {condition} on {device} with model "
                                       f"{self.settings.model!r} failed: {type(exc).__name__}: {exc}") from exc
-        self.invariance_results.setdefault(device, {})[condition] = stats
+        name = condition if source == "rows" else f"{DUAL_PREFIX}{condition}"
+        self.invariance_results.setdefault(device, {})[name] = stats
         return stats
 
-    def check_invariance(self, condition: str, device: str) -> None:
+    def check_invariance(self, condition: str, device: str, source: str = "rows") -> None:
         """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
-        stats = self.invariance(condition, device)
+        stats = self.invariance(condition, device, source)
         section = BF16_BUDGET if stats["precision"] == BF16 else condition
         limits = self.thresholds.invariance_limits(section)
         if not limits:
@@ -231,11 +368,16 @@ class RobustnessSession:
     # -- all families ---------------------------------------------------------------------------
 
     def full_summary(self, device: str) -> dict:
-        """The summary of every selected family on every dataset (scoring whatever is missing)."""
-        for dataset in self.datasets:
-            for family in self.families:
-                self.family_records(family, dataset, device)
-        return summarize(list(self.records[device].values()), seed=self.seed)
+        """The summary of every selected family that can run, on every dataset of its source (scoring
+        whatever is missing)."""
+        for family in (ORIG, *self.families):
+            if family == ORIG or not self.skip_reason(family):
+                datasets = [*self.datasets, *self.caption_rows] if family == ORIG else list(self.rows_of(family))
+                for dataset in datasets:
+                    if family == ORIG and self.model_is_dual and dataset not in self.caption_rows:
+                        continue
+                    self.family_records(family, dataset, device)
+        return summarize(list(self.records.get(device, {}).values()), seed=self.seed)
 
     # -- xdist ----------------------------------------------------------------------------------
 

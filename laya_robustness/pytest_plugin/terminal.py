@@ -19,7 +19,7 @@ def _outcome(results: list[dict], family: str, dataset: str, device: str, known)
 
 def cell_text(cell: dict | None, family: str) -> str:
     """``acc / delta / flip`` of a summary cell (``acc`` alone for orig)."""
-    if not cell:
+    if not cell or cell.get("acc") is None:
         return "-"
     if family == "orig" or cell.get("flip") is None or cell.get("delta") is None:
         return f"{cell['acc']:.3f}"
