@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
+# Likewise the dual encoders some tests build (their modules register torch operators on import).
+from test_dual import _build as build_dual_encoder
+from transformers import CLIPModel, CLIPProcessor, SiglipModel, SiglipProcessor  # noqa: F401
+from transformers.models.clip import image_processing_pil_clip  # noqa: F401
+from transformers.models.siglip import image_processing_pil_siglip  # noqa: F401
 
 from laya_robustness.fixture_rows import generate_rows, write_manifest
 
@@ -234,6 +239,22 @@ def test_the_gate_runs_on_a_vlmevalkit_tsv_with_the_shipped_limits(gate):
     assert summary["families"]["orig"]["my_photos"]["n_rows"] == 12
     result.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.m*.d*.s0.n0.all)*"
                                  "--snapshot-update*"])
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_a_dual_encoder_model_is_probed_not_asked(gate, tmp_path, kind):
+    model = build_dual_encoder(kind, tmp_path / kind)
+    shutil.copy(ROOT / "thresholds.toml", gate.path / "thresholds.toml")
+    result = run(gate, "--scorer", "hf", "--model", str(model), "--captions", str(ROOT / "laya_fixtures" / "captions"),
+                 "--thresholds", "thresholds.toml", "-k", "(lgip or invariance or option_order) and not gpu", "-rs",
+                 subprocess=True)
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) >= 3 + 6  # three lgip families, six conditions
+    result.stdout.fnmatch_lines(["*is a dual encoder: it answers no questions, so option_order does not apply*"])
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    assert set(summary["lgip"]) == {"lgip_paraphrase", "lgip_flip", "lgip_combined"}
+    assert summary["meta"]["model"]["dual"]["kind"] == kind
 
 
 def test_xdist_merge_equals_a_single_process_run(gate):
