@@ -109,11 +109,24 @@ def pytest_testnodedown(node, error) -> None:
         robustness_session(node.config).merge_payload(payload)
 
 
+def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors) -> str | None:
+    """Why this run's reports do not cover what it set out to do, or None when it finished."""
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return f"the run ended with exit status {int(exitstatus)} ({pytest.ExitCode(exitstatus).name})"
+    if harness_errors:
+        return f"{len(harness_errors)} harness error(s): {harness_errors[0]}"
+    stopped = session.shouldstop or session.shouldfail
+    if stopped:
+        return f"stopped early: {stopped}"
+    return None
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = robustness_session(session.config)
     if _is_worker(session.config):
         session.config.workeroutput[PAYLOAD_KEY] = state.worker_payload()
         return
+    state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors)
     if state.records or state.invariance_results:
         from laya_robustness.pytest_plugin.reports import write_reports
 

@@ -55,6 +55,16 @@ def _text(text: str) -> str:
     return text
 
 
+def parse_switch(text: str) -> bool:
+    """``yes`` / ``no`` (also true/false, 1/0, on/off)."""
+    value = text.strip().lower()
+    if value in ("yes", "true", "1", "on"):
+        return True
+    if value in ("no", "false", "0", "off"):
+        return False
+    raise ValueError(f"{text!r} is not yes or no")
+
+
 def parse_device(text: str) -> str:
     """``cpu``, ``cuda``, ``cuda:<n>`` or ``mps``."""
     if not _DEVICE.match(text):
@@ -112,6 +122,7 @@ class Option:
     default: str
     help: str
     parse: Callable[[str], Any] = _text
+    switch: bool = False  # given alone on the command line (``--resume``); ini: yes / no
 
     @property
     def dest(self) -> str:
@@ -149,14 +160,17 @@ OPTIONS = (
     Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
            f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
     Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
+    Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "
+           "rows, model and settings) and score only the rest", parse_switch, switch=True),
 )
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("laya-robustness", "robustness gate for vision-language models")
     for opt in OPTIONS:
+        extra = {"action": "store_const", "const": "yes"} if opt.switch else {}
         group.addoption(opt.flag, dest=opt.dest, default=None,
-                        help=f"{opt.help} (default: {opt.default}; ini: {opt.dest})")
+                        help=f"{opt.help} (default: {opt.default}; ini: {opt.dest})", **extra)
         parser.addini(opt.dest, help=opt.help, default=None)
 
 
@@ -200,6 +214,7 @@ class Settings:
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None
+    resume: bool
 
 
 def _limitations(config: pytest.Config, text: str, data: Path, model: str) -> Path | None:

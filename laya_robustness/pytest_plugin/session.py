@@ -73,6 +73,25 @@ def _with_paraphrases(rows_by_dataset: dict, path: Path) -> dict:
                    if r.row_id in user else r for r in rows] for name, rows in rows_by_dataset.items()}
 
 
+CHUNK_BATCHES = 16
+
+
+def scoring_chunks(rows, scoring_path: str, batch_size: int) -> list[list[int]]:
+    """Row indices in the chunks a family is scored and journaled in: ``CHUNK_BATCHES`` batches of the
+    batch path (so the batches are the same as in one call), or whole image clusters of the predict path."""
+    if scoring_path == "batch":
+        size = CHUNK_BATCHES * batch_size
+        return [list(range(i, min(i + size, len(rows)))) for i in range(0, len(rows), size)]
+    from laya_robustness.run import cluster_indices
+
+    chunks: list[list[int]] = [[]]
+    for cluster in cluster_indices(rows):
+        if len(chunks[-1]) >= CHUNK_BATCHES * batch_size:
+            chunks.append([])
+        chunks[-1].extend(cluster)
+    return [c for c in chunks if c]
+
+
 class RobustnessSession:
     """Loads what a gate run needs once per process and scores each (family, dataset, device) once."""
 
@@ -92,8 +111,11 @@ class RobustnessSession:
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
         self.usage_error: pytest.UsageError | None = None
         self._invariance: dict[str, InvarianceRun] = {}
+        self._journals: dict[str, object] = {}
         self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
         self.written: list = []
+        self.incomplete_reason: str | None = None  # set when the run ends
+        self.kept_previous_report = False
 
     # settings the rest of the plugin reads by name
     seed = property(lambda self: self.settings.seed)
@@ -260,21 +282,51 @@ class RobustnessSession:
         source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
         return build_variants(family, source[dataset], self.settings.seed)
 
+    def journal(self, device: str, source: str):
+        """The journal this process appends ``source`` records of ``device`` to (see laya_robustness.journal)."""
+        from laya_robustness.journal import JOURNAL_DIR, Journal, config_fingerprint, read_journals
+
+        key = identity_key(device, source)
+        if key not in self._journals:
+            scorer, s = self.scorer(device, source), self.settings
+            settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
+                        "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
+                        "attn_implementation": s.attn_implementation}
+            folder = self.report_dir / JOURNAL_DIR
+            worker = getattr(self.config, "workerinput", {}).get("workerid")
+            name = "".join(c if c.isalnum() or c in "-_" else "_" for c in key) + (f".{worker}" if worker else "")
+            known = read_journals(folder) if s.resume else {}
+            identity = getattr(scorer, "identity", {})
+            self._journals[key] = Journal(folder / f"{name}.jsonl", config_fingerprint(identity, settings), known)
+        return self._journals[key]
+
     def _score(self, family: str, dataset: str, device: str) -> None:
+        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored;
+        with --resume a chunk whose every row was journaled by an earlier run is reused as it is."""
+        from laya_robustness.journal import row_key
+
         key = (family, dataset, device)
         if key in self._scored:
             return
-        scorer = self.scorer(device, self._source_of(family, dataset))
+        source = self._source_of(family, dataset)
+        scorer, journal = self.scorer(device, source), self.journal(device, source)
         rows = self.family_rows(family, dataset)
-        try:
-            scored = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures).records(rows)
-        except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
-            raise self._harness_error(
-                f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} failed: "
-                f"{type(exc).__name__}: {exc}") from exc
+        scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         store = self.records.setdefault(device, {})
-        for rec in scored:
-            store[rec.row_id] = rec
+        for chunk in scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size):
+            keys = [row_key(journal.config, self.seed, rows[i]) for i in chunk]
+            if all(k in journal.known for k in keys):
+                scored = [Record.parse(journal.known[k], f"journal record {k}") for k in keys]
+            else:
+                try:
+                    scored = scoring.records([rows[i] for i in chunk])
+                except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
+                    raise self._harness_error(
+                        f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
+                journal.append(zip(keys, scored))
+            for rec in scored:
+                store[rec.row_id] = rec
         self._scored.add(key)
 
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:

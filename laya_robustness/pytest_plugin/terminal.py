@@ -68,3 +68,8 @@ def write_summary(reporter, session) -> None:
             reporter.write_line(line)
     for path in getattr(session, "written", []):
         reporter.write_line(f"wrote {path}")
+    if session.incomplete_reason:
+        kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
+            if session.kept_previous_report else ""
+        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; rerun with --resume to finish it",
+                            yellow=True)
