@@ -7,7 +7,8 @@ import json
 import pytest
 from PIL import Image
 
-from laya_robustness.rows import RowError, load_jsonl, load_rows, load_tsv
+from laya_robustness.loaders import load_jsonl, load_tsv
+from laya_robustness.rows import RowError, load_rows
 
 
 def _png(colour=(255, 0, 0)) -> bytes:
