@@ -39,6 +39,12 @@ OPTIONS = (
     Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition"),
     Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'"),
     Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),
+    Option("--data-map", "none", "field=column pairs naming the parquet / datasets columns that hold row fields, "
+           "e.g. question=prompt,options=choices,label=answer_idx (field= leaves a same-named column unread)"),
+    Option("--max-image-pixels", "40000000", "largest image accepted, width x height in pixels (e.g. 40000000 or "
+           "40M), checked from the header before decoding; the encoded bytes may be 4 per pixel + 1 MiB"),
+    Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
+           "directory (no: refuse them)"),
 )
 
 
