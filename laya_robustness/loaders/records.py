@@ -105,8 +105,8 @@ def record_row(record: Mapping[str, Any], where: Where, images: Callable[[Any], 
 
     ``ints_as_ids``: int ``row_id`` / ``group_id`` / ``cluster`` values are read as text (table columns).
     """
-    row_id = _text(record, "row_id", where, required=True, ints_as_text=ints_as_ids)
     dataset = _text(record, "dataset", where, required=True)
+    row_id = _text(record, "row_id", where, required=True, ints_as_text=ints_as_ids)
     question = _text(record, "question", where, required=True)
     group_id = _text(record, "group_id", where, required=False, ints_as_text=ints_as_ids) or row_id
     cluster = _text(record, "cluster", where, required=False, ints_as_text=ints_as_ids) or row_id
@@ -130,7 +130,8 @@ def record_row(record: Mapping[str, Any], where: Where, images: Callable[[Any], 
     else:
         if options is None:
             hint = " (a row with accepted answers and no options needs \"primitive\": \"open\")" if answers else ""
-            raise where.error("options", _missing(record, "options") + hint)
+            problem = _missing(record, "options") if "options" not in record else "expected a list of strings, got null"
+            raise where.error("options", problem + hint)
         if len(options) < 2:
             raise where.error("options", f"need at least two non-empty strings, got {len(options)}")
         if answers:
