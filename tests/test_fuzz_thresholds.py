@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from laya_robustness.thresholds import (
-    CHECKS, INVARIANCE_KEYS, LIMITATION_FIELDS, Thresholds, ThresholdsError, load_thresholds,
+    CHECKS, INVARIANCE_KEYS, Thresholds, ThresholdsError, load_thresholds,
 )
 
 FAMILIES = ("orig", "option_order", "image_shuffle")

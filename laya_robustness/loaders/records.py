@@ -99,6 +99,39 @@ def _label(record, where: Where) -> int | None:
     return value
 
 
+def _open_gold(record, options, answers, label, where: Where) -> tuple[list[str], int, list[str]]:
+    """An open row: no options, a non-empty list of answers, label -1 (or none)."""
+    if options:
+        raise where.error("options", "an open row has no options (its accepted answers go in 'answers')")
+    if not answers:
+        need = "an open row needs a non-empty list of accepted answers"
+        found = "null" if "answers" in record else _missing(record, "answers")
+        raise where.error("answers", f"{found} ({need})" if answers is None else need)
+    if label not in (None, OPEN_LABEL):
+        raise where.error("label", f"an open row has label {OPEN_LABEL} or none (it has no option index), got {label}")
+    return [], OPEN_LABEL, answers
+
+
+def _choice_gold(record, primitive: str, options, answers, label, where: Where) -> tuple[list[str], int, list[str]]:
+    """A choice / noul row: at least two options, a label indexing them, no answers."""
+    if options is None:
+        hint = " (a row with accepted answers and no options needs \"primitive\": \"open\")" if answers else ""
+        problem = "expected a list of strings, got null" if "options" in record else _missing(record, "options")
+        raise where.error("options", problem + hint)
+    if len(options) < 2:
+        raise where.error("options", f"need at least two non-empty strings, got {len(options)}")
+    if answers:
+        raise where.error("answers", f"only open rows have answers; a {primitive} row's gold is its label")
+    if label is None:
+        null = "expected an int (the gold option's index), got null"
+        raise where.error("label", null if "label" in record else _missing(record, "label"))
+    if not 0 <= label < len(options):
+        raise where.error("label", f"{label} is not an index into {len(options)} options")
+    if primitive == "noul" and [o.lower() for o in options] != NOUL_OPTIONS:
+        raise where.error("options", f"a noul row has the options {NOUL_OPTIONS}, got {options}")
+    return options, label, []
+
+
 def record_row(record: Mapping[str, Any], where: Where, images: Callable[[Any], tuple[ImageRef, ...]],
                *, ints_as_ids: bool = False) -> SourceRow:
     """Validate ``record`` (keys are row fields) into a SourceRow; ``images`` turns the images value into refs.
@@ -113,49 +146,18 @@ def record_row(record: Mapping[str, Any], where: Where, images: Callable[[Any], 
     primitive = record.get("primitive", "choice")
     if primitive not in PRIMITIVES:
         raise where.error("primitive", f"{primitive!r} is not one of {', '.join(PRIMITIVES)}")
-    options = _string_list(record, "options", where)
-    answers = _string_list(record, "answers", where)
-    label = _label(record, where)
-    if primitive == "open":
-        if options:
-            raise where.error("options", "an open row has no options (its accepted answers go in 'answers')")
-        if not answers:
-            raise where.error("answers", "an open row needs a non-empty list of accepted answers"
-                              if answers is not None else _missing(record, "answers") +
-                              " (an open row needs a non-empty list of accepted answers)")
-        if label not in (None, OPEN_LABEL):
-            raise where.error("label", f"an open row has label {OPEN_LABEL} or none (it has no option index), "
-                                       f"got {label}")
-        options, label = [], OPEN_LABEL
-    else:
-        if options is None:
-            hint = " (a row with accepted answers and no options needs \"primitive\": \"open\")" if answers else ""
-            problem = _missing(record, "options") if "options" not in record else "expected a list of strings, got null"
-            raise where.error("options", problem + hint)
-        if len(options) < 2:
-            raise where.error("options", f"need at least two non-empty strings, got {len(options)}")
-        if answers:
-            raise where.error("answers", f"only open rows have answers; a {primitive} row's gold is its label")
-        if label is None:
-            raise where.error("label", _missing(record, "label") if "label" not in record
-                              else "expected an int (the gold option's index), got null")
-        if not 0 <= label < len(options):
-            raise where.error("label", f"{label} is not an index into {len(options)} options")
-        if primitive == "noul" and [o.lower() for o in options] != NOUL_OPTIONS:
-            raise where.error("options", f"a noul row has the options {NOUL_OPTIONS}, got {options}")
-        answers = []
+    gold = (_string_list(record, "options", where), _string_list(record, "answers", where), _label(record, where))
+    options, label, answers = (_open_gold(record, *gold, where) if primitive == "open"
+                               else _choice_gold(record, primitive, *gold, where))
     context = _optional_text(record, "context", where)
     category = _optional_text(record, "category", where)
-    meta = record.get("meta")
-    if meta is None:
-        meta = {}
+    meta = {} if record.get("meta") is None else record["meta"]
     if not isinstance(meta, dict):
         raise where.error("meta", f"expected an object, got {kind(meta)}")
-    refs = images(record.get("images"))
     row = Row(row_id=row_id, dataset=dataset, group_id=group_id, cluster=cluster, images=(), question=question,
               options=tuple(options), label=label, primitive=primitive, context=context or None,
               category=category, meta=meta, answers=tuple(answers))
-    return SourceRow(row, refs, where)
+    return SourceRow(row, images(record.get("images")), where)
 
 
 def refuse_duplicates(ids: "list[tuple[str, Where]]", seen: "dict[str, Where] | None" = None) -> None:
