@@ -5,55 +5,19 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import math
 import zlib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-#: Every record needs these fields (more are kept as they are).
-STR_FIELDS = ("row_id", "group_id", "cluster", "dataset", "family", "variant", "primitive")
-REQUIRED_FIELDS = STR_FIELDS + ("label", "logits", "probs", "argmax")
+from laya_robustness.records import REQUIRED_FIELDS, STR_FIELDS, PredictionError, Record
+
+__all__ = ["PredictionError", "REQUIRED_FIELDS", "STR_FIELDS", "check_record", "read_predictions",
+           "write_predictions"]
 
 
-class PredictionError(ValueError):
-    """A prediction record that cannot be used; the message names where it is and which field."""
-
-    def __init__(self, where: str, field_name: str, problem: str):
-        self.where, self.field_name = where, field_name
-        super().__init__(f"{where}: field '{field_name}': {problem}")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _numbers(record: Mapping[str, Any], key: str, where: str) -> list:
-    values = record[key]
-    if not isinstance(values, list) or not values:
-        raise PredictionError(where, key, f"expected a non-empty list of numbers, got {values!r}")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
-        raise PredictionError(where, key, f"expected finite numbers, got {values!r}")
-    return values
-
-
-def check_record(record: Any, where: str) -> Mapping[str, Any]:
-    """Validate one record (fields and types, label in [-1, k), argmax in [0, k)); return it."""
-    if not isinstance(record, Mapping):
-        raise PredictionError(where, "(record)", f"expected a JSON object, got {type(record).__name__}")
-    for key in REQUIRED_FIELDS:
-        if key not in record:
-            raise PredictionError(where, key, "missing")
-    for key in STR_FIELDS:
-        if not isinstance(record[key], str) or not record[key]:
-            raise PredictionError(where, key, f"expected a non-empty string, got {record[key]!r}")
-    k = len(_numbers(record, "logits", where))
-    if len(_numbers(record, "probs", where)) != k:
-        raise PredictionError(where, "probs", f"has {len(record['probs'])} entries for {k} logits")
-    if not _is_int(record["label"]) or not -1 <= record["label"] < k:
-        raise PredictionError(where, "label", f"expected an int in [-1, {k}), got {record['label']!r}")
-    if not _is_int(record["argmax"]) or not 0 <= record["argmax"] < k:
-        raise PredictionError(where, "argmax", f"expected an int in [0, {k}), got {record['argmax']!r}")
-    return record
+def check_record(record: Any, where: str) -> Record:
+    """Validate one record (fields and types, label in [-1, k), argmax in [0, k)); return it as a Record."""
+    return Record.parse(record, where)
 
 
 def write_predictions(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
@@ -63,7 +27,7 @@ def write_predictions(path: str | Path, records: Iterable[Mapping[str, Any]]) ->
     """
     lines = []
     for i, record in enumerate(records):
-        check_record(record, f"record {i}")
+        Record.parse(record, f"record {i}")
         lines.append(json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n")
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", compresslevel=9, mtime=0, fileobj=buffer) as gz:
@@ -71,7 +35,7 @@ def write_predictions(path: str | Path, records: Iterable[Mapping[str, Any]]) ->
     Path(path).write_bytes(buffer.getvalue())
 
 
-def read_predictions(path: str | Path) -> list[dict]:
+def read_predictions(path: str | Path) -> list[Record]:
     """Every record of a gzip JSON-lines file, validated; blank lines are skipped.
 
     Raises PredictionError naming the file, the 1-based line and the field.
@@ -90,5 +54,5 @@ def read_predictions(path: str | Path) -> list[dict]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PredictionError(where, "(line)", f"not valid JSON: {exc}") from exc
-        records.append(dict(check_record(record, where)))
+        records.append(Record.parse(record, where))
     return records

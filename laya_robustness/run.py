@@ -1,4 +1,4 @@
-"""One gate run's data work: sample the source rows, build a family's variants, score them into records."""
+"""One gate run's data work: sample the source rows and score rows into prediction records."""
 
 from __future__ import annotations
 
@@ -6,14 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence, TypeVar
 
-from laya_robustness.families import build_variants
 from laya_robustness.loaders import LoadSettings, scan_rows
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
+from laya_robustness.records import prediction_record
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
-from laya_robustness.scoring.base import prediction_record
 
-ORIG = "orig"
 RowLike = TypeVar("RowLike")  # a Row, or a loader's SourceRow (row_id, dataset, load())
 
 
@@ -40,11 +38,6 @@ def load_source_rows(data: str | Path, rows_per_set: int, seed: int,
     scanned = scan_rows(data, settings)
     return {name: [row.load() for row in sample_rows(rows, rows_per_set, seed)]
             for name, rows in sorted(scanned.items())}
-
-
-def family_rows(family: str, source: Sequence[Row], seed: int) -> list[Row]:
-    """The rows a family scores for one dataset: the source rows themselves for ``orig``."""
-    return list(source) if family == ORIG else build_variants(family, source, seed)
 
 
 @dataclass

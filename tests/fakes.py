@@ -53,3 +53,14 @@ def neighbour_dependent(model, **kwargs):
 
 def broken(model, **kwargs):
     raise OSError(f"no checkpoint at {model}")
+
+
+class CrashingScorer(OracleScorer):
+    """Breaks while scoring, as a scorer that does not understand a model's inputs would."""
+
+    def score_batch(self, rows):
+        raise IndexError("tuple index out of range")
+
+
+def crashing(model, **kwargs):
+    return CrashingScorer(model)

@@ -17,12 +17,12 @@ def test_data_map():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("question", "--data-map: 'question' is not field=column (e.g. question=prompt,options=choices)"),
-    ("=prompt", "--data-map: '=prompt' is not field=column (e.g. question=prompt,options=choices)"),
-    ("questoin=prompt", "--data-map: unknown row field 'questoin'; did you mean 'question'? (fields: row_id, "
+    ("question", "'question' is not field=column (e.g. question=prompt,options=choices)"),
+    ("=prompt", "'=prompt' is not field=column (e.g. question=prompt,options=choices)"),
+    ("questoin=prompt", "unknown row field 'questoin'; did you mean 'question'? (fields: row_id, "
                         "dataset, group_id, cluster, images, question, options, label, primitive, answers, context, "
                         "category, meta)"),
-    ("label=a,label=b", "--data-map: field 'label' is mapped twice"),
+    ("label=a,label=b", "field 'label' is mapped twice"),
 ])
 def test_data_map_errors(text, message):
     with pytest.raises(ValueError) as info:
@@ -39,14 +39,14 @@ def test_max_image_pixels():
 def test_max_image_pixels_errors(text):
     with pytest.raises(ValueError) as info:
         parse_max_image_pixels(text)
-    assert str(info.value) == (f"--max-image-pixels: {text!r} is not a positive pixel count (an integer such as "
+    assert str(info.value) == (f"{text!r} is not a positive pixel count (an integer such as "
                                f"40000000, or megapixels such as 40M)")
 
 
 def test_allow_outside_data():
     assert [parse_allow_outside_data(t) for t in ("yes", "TRUE", "on", "1")] == [True] * 4
     assert [parse_allow_outside_data(t) for t in ("no", "False", "off", "0")] == [False] * 4
-    with pytest.raises(ValueError, match=r"^--allow-outside-data: 'maybe' is not yes or no$"):
+    with pytest.raises(ValueError, match=r"^'maybe' is not yes or no$"):
         parse_allow_outside_data("maybe")
 
 

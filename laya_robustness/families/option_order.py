@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -31,7 +31,6 @@ def display_orders(k: int, rng_perm: Sequence[int]) -> list[tuple[str, tuple[int
     return unique
 
 
-@register(FAMILY)
 def build(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row under each of its distinct non-identity display orders."""
     out = []
@@ -41,3 +40,11 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
         for name, order in display_orders(k, perm):
             out.append(row.derive(FAMILY, name, display_order=order, meta={**row.meta, "display_order": list(order)}))
     return out
+
+
+declare(Family(
+    name=FAMILY, build=build, kind="invariance", variants=("shift*", "reverse", "random"),
+    meta_keys={"*": ("display_order",)}, checks=("max_flip", "max_drop", "min_acc", "max_ece"),
+    summary="every cyclic shift, the reversal, one seeded permutation (de-duplicated)",
+    title="option order", short="order",
+))

@@ -1,6 +1,6 @@
 """How ``--data`` is read (column map, image-size limit, data-directory rule) and the parsers of those options.
 
-Every parser raises ``ValueError`` with a message naming the option and the accepted format.
+Every parser raises ``ValueError`` with a message naming the accepted format (the caller names the option).
 
 >>> parse_data_map("question=prompt,options=choices,label=answer_idx")
 {'question': 'prompt', 'options': 'choices', 'label': 'answer_idx'}
@@ -77,13 +77,13 @@ def parse_data_map(text: str) -> dict[str, str]:
             continue
         name, sep, column = (s.strip() for s in part.partition("="))
         if not sep or not name:
-            raise ValueError(f"--data-map: {part!r} is not field=column (e.g. question=prompt,options=choices)")
+            raise ValueError(f"{part!r} is not field=column (e.g. question=prompt,options=choices)")
         if name not in RECORD_FIELDS:
             close = difflib.get_close_matches(name, RECORD_FIELDS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"--data-map: unknown row field {name!r}{hint} (fields: {', '.join(RECORD_FIELDS)})")
+            raise ValueError(f"unknown row field {name!r}{hint} (fields: {', '.join(RECORD_FIELDS)})")
         if name in out:
-            raise ValueError(f"--data-map: field {name!r} is mapped twice")
+            raise ValueError(f"field {name!r} is mapped twice")
         out[name] = column
     return out
 
@@ -98,7 +98,7 @@ def parse_max_image_pixels(text: str) -> int:
         if number == number.to_integral_value():
             value = int(number)
     if value is None or value < 1:
-        raise ValueError(f"--max-image-pixels: {text!r} is not a positive pixel count "
+        raise ValueError(f"{text!r} is not a positive pixel count "
                          f"(an integer such as 40000000, or megapixels such as 40M)")
     return value
 
@@ -110,4 +110,4 @@ def parse_allow_outside_data(text: str) -> bool:
         return True
     if word in _NO:
         return False
-    raise ValueError(f"--allow-outside-data: {text!r} is not yes or no")
+    raise ValueError(f"{text!r} is not yes or no")

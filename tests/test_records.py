@@ -1,0 +1,42 @@
+"""Prediction records are validated once, where they are made or read, naming the row and the field."""
+
+import dataclasses
+
+import pytest
+from PIL import Image
+
+from laya_robustness.records import PredictionError, Record, parse_records, prediction_record
+from laya_robustness.rows import Row
+
+TEMPERATURES = {"choice": 1.0, "noul": 1.0, "score": 1.0}
+ROW = Row(row_id="d/1", dataset="d", group_id="d/1", cluster="img1", images=(Image.new("RGB", (4, 4)),),
+          question="q?", options=("a", "b", "c"), label=2)
+
+
+def test_a_scored_row_becomes_a_typed_record():
+    r = prediction_record(ROW, [0.5, 0.123456, 2.0], TEMPERATURES)
+    assert isinstance(r, Record) and r.argmax == 2 and r.logits == [0.5, 0.1235, 2.0]
+    assert (r.row_id, r.group, r.label, r.is_orig, r.meta) == ("d/1", ("d", "d/1"), 2, True, {})
+    assert abs(sum(r.probs) - 1) < 1e-4 and r["n_images"] == 1
+
+
+def test_a_wrong_typed_field_is_caught_when_the_record_is_made():
+    with pytest.raises(PredictionError, match="row d/1: field 'group_id': expected a non-empty string, got 7"):
+        prediction_record(dataclasses.replace(ROW, group_id=7), [0.0, 1.0, 2.0], TEMPERATURES)
+    with pytest.raises(PredictionError, match="field 'label'"):
+        prediction_record(dataclasses.replace(ROW, label=3), [0.0, 1.0, 2.0], TEMPERATURES)
+
+
+def test_parse_is_idempotent_and_names_the_bad_record():
+    good = prediction_record(ROW, [0.0, 1.0, 2.0], TEMPERATURES)
+    assert Record.parse(good, "x") is good
+    with pytest.raises(PredictionError, match="record 1: field 'meta': expected an object"):
+        parse_records([good, {**good, "meta": [1]}])
+    with pytest.raises(PredictionError, match="field 'row_id': missing"):
+        parse_records([{k: v for k, v in good.items() if k != "row_id"}])
+
+
+def test_a_missing_meta_key_names_the_family_that_writes_it():
+    r = Record.parse({**prediction_record(ROW, [0.0, 1.0, 2.0], TEMPERATURES), "family": "inject_text"}, "x")
+    with pytest.raises(PredictionError, match="d/1: field 'meta.target': missing \\(family inject_text writes it\\)"):
+        r.meta_value("target")
