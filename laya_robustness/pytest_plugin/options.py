@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from laya_robustness.families import default_families, family_names
+from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
 
 PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
 SCORING_PATHS = ("batch", "predict")
@@ -135,7 +136,8 @@ class Option:
 
 OPTIONS = (
     Option("--model", EMBEDDED_MODEL, "hub id or local directory of the model to gate"),
-    Option("--data", EMBEDDED_DATA, "JSONL manifest / VLMEvalKit TSV file, or a directory of them"),
+    Option("--data", EMBEDDED_DATA, "JSONL manifest, VLMEvalKit TSV, parquet file, datasets.save_to_disk directory, "
+           "or a directory of them"),
     Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)", _int(0)),
     Option("--seed", "0", "seed of row sampling, variants and the bootstrap", _int(0)),
     Option("--families", ",".join(default_families()), "comma-separated families to score", parse_families),
@@ -162,6 +164,14 @@ OPTIONS = (
     Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
     Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "
            "rows, model and settings) and score only the rest", parse_switch, switch=True),
+    Option("--data-map", "none", "field=column pairs naming the parquet / datasets columns that hold row fields, "
+           "e.g. question=prompt,options=choices,label=answer_idx (field= leaves a same-named column unread)",
+           parse_data_map),
+    Option("--max-image-pixels", "40000000", "largest image accepted, width x height in pixels (e.g. 40000000 or "
+           "40M), checked from the header before decoding; the encoded bytes may be 4 per pixel + 1 MiB",
+           parse_max_image_pixels),
+    Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
+           "directory (no: refuse them)", parse_allow_outside_data),
 )
 
 
@@ -215,6 +225,9 @@ class Settings:
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None
     resume: bool
+    data_map: dict  # row field -> column of a parquet / datasets table (laya_robustness.loaders.settings)
+    max_image_pixels: int
+    allow_outside_data: bool
 
 
 def _limitations(config: pytest.Config, text: str, data: Path, model: str) -> Path | None:

@@ -162,7 +162,11 @@ class RobustnessSession:
         """Sampled source rows by dataset; a bad data file is a usage error naming file, line and field."""
         if self._rows is None:
             try:
-                self._rows = load_source_rows(self.settings.data, self.settings.rows_per_set, self.settings.seed)
+                from laya_robustness.loaders import LoadSettings
+
+                s = self.settings
+                load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data)
+                self._rows = load_source_rows(s.data, s.rows_per_set, s.seed, load)
             except (RowError, FileNotFoundError) as exc:
                 raise pytest.UsageError(f"--data: {exc}") from exc
         return self._rows
