@@ -162,6 +162,8 @@ def summarize(
         for dataset, rows in sorted(by_dataset.items()):
             if block == FLAT:
                 cells[dataset] = flat_cell(rows, orig, family, dataset, boot)
+                if decl is not None and decl.cell is not None:
+                    cells[dataset].update(decl.cell(rows, orig, boot))
             else:
                 cells[dataset] = block_cell(decl, rows, orig, boot)
     if ece_floor_sims > 0:

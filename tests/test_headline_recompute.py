@@ -204,3 +204,20 @@ def test_the_worst_attribute_pr_is_the_lowest_of_the_attributes(records):
 def test_flat_block_holds_exactly_the_flat_families(records):
     summary = summarize(records, n_boot=20, n_boot_ece=20)
     assert set(summary[FLAT]) == {f.name for f in declared() if f.block == FLAT}
+
+
+def test_circular_accuracy_and_accuracy_by_gold_position(records):
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    cell = summary[FLAT]["option_order"]["colour_choice"]
+    orig = _orig(records)
+    groups = _groups(r for r in records if r["family"] == "option_order" and r["dataset"] == "colour_choice")
+    circular = [all(r["argmax"] == r["label"] for r in [orig[g], *rs]) for g, rs in groups.items()]
+    assert cell["n_circular"] == len(circular) and cell["circular_acc"] == pytest.approx(_mean(circular), abs=1e-6)
+    assert cell["circular_acc"] <= cell["acc"]
+    by_position = defaultdict(list)
+    for g, rs in groups.items():
+        by_position[orig[g]["label"]].append(orig[g]["argmax"] == orig[g]["label"])
+        for r in rs:
+            by_position[r["meta"]["display_order"].index(r["label"])].append(r["argmax"] == r["label"])
+    assert cell["acc_by_position"] == {str(p): pytest.approx(_mean(v), abs=1e-6) for p, v in by_position.items()}
+    assert cell["n_by_position"] == {str(p): len(v) for p, v in by_position.items()}

@@ -259,6 +259,19 @@ def test_a_dual_encoder_model_is_probed_not_asked(gate, tmp_path, kind):
     assert summary["meta"]["model"]["dual"]["kind"] == kind
 
 
+def test_the_gate_runs_on_a_parquet_file_with_an_image_column(gate):
+    from laya_robustness.loaders.export import export_parquet
+
+    (written,) = [p for p in export_parquet(gate.path / "rows", gate.path / "parquet") if p.stem == "colour_choice"]
+    shutil.copy(ROOT / "thresholds.toml", gate.path / "thresholds.toml")
+    result = run(gate, "--data", str(written), "--thresholds", "thresholds.toml", "--families", "option_order",
+                 "-k", "(orig or option_order) and not gpu")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    cell = summary["families"]["option_order"]["colour_choice"]
+    assert summary["families"]["orig"]["colour_choice"]["n_rows"] == 24 and cell["circular_acc"] is not None
+
+
 def test_xdist_merge_equals_a_single_process_run(gate):
     single = run(gate, "--report-dir", "single", subprocess=True)
     assert single.ret == 0, single.stdout.str()
