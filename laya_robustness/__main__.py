@@ -59,6 +59,18 @@ def print_floor(predictions_path: str | Path, sims: int = 200, seed: int = 0) ->
     return 0
 
 
+def _calibrate(args) -> int:
+    from laya_robustness.calibrate import calibrate, format_calibration
+
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+    result = calibrate(args.seeds, args.out, args.pytest_args, plant=args.plant, plant_rate=args.plant_rate)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "calibration.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(format_calibration(result))
+    return 0
+
+
 def _summarize(args) -> int:
     return summarize_file(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
 
@@ -155,6 +167,16 @@ def parser() -> argparse.ArgumentParser:
     fl.add_argument("--sims", type=int, default=200, help="calibrated redraws per cell (default: 200)")
     fl.add_argument("--seed", type=int, default=0, help="seed of the redraws (default: 0)")
     fl.set_defaults(run=_floor)
+    c = sub.add_parser("calibrate-gate", help="run the gate under several seeds (and a planted regression) and "
+                       "report its false alarms and its power")
+    c.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default: 10)")
+    c.add_argument("--out", type=Path, default=Path("reports") / "calibration", help="where the runs and "
+                   "calibration.json go (default: reports/calibration)")
+    c.add_argument("--plant", default=None, metavar="FAMILY", help="also run with a planted regression in FAMILY "
+                   "against each seed's unchanged predictions")
+    c.add_argument("--plant-rate", type=float, default=0.05, help="share of FAMILY's answers moved (default: 0.05)")
+    c.add_argument("pytest_args", nargs="*", help="more options for every gate run (after --)")
+    c.set_defaults(run=_calibrate)
     f = sub.add_parser("fixtures", help="re-make the embedded default (rows, checkpoint)")
     fsub = f.add_subparsers(dest="what", required=True)
     r = fsub.add_parser("rows", help="draw the fixture validation rows")

@@ -2,11 +2,14 @@
 
 A run writes ``<report-dir>/journal/<device>[.<worker>].jsonl``, one line per scored row:
 ``{"key": ..., "record": {...}}``. The key is the sha256 of the run's scoring configuration
-(model weight hashes, scorer, precision, scoring path, batch size, temperatures), the seed, and the
-row's own content (ids, family, variant, question, options, display order, label, context, meta and
-the pixels of its images), so a record is reused only for exactly the row and configuration it was
-scored with. ``--resume`` reads every journal of the report folder and scores only what is missing;
-a line cut short by a killed process is ignored.
+(model weight hashes, scorer, precision, scoring path, batch size, temperatures) and the row's own
+content (ids, family, variant, question, options, display order, label, context, meta and the pixels
+of its images), so a record is reused only for exactly the row and configuration it was scored with,
+whatever the seed that built the row. ``--resume`` reads every journal of the journal folder
+(``--journal``, by default ``<report-dir>/journal``) and scores only the rows it lacks; a line cut
+short by a killed process is ignored. Rows are scored in the same batches as a fresh run's except
+where a chunk is partly journaled; on the CPU with eager attention a row's logits do not depend on its
+batch (the invariance conditions check it), so the result is the same.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "cpu.jsonl"
@@ -35,10 +38,10 @@ def config_fingerprint(identity: Mapping[str, Any], settings: Mapping[str, Any])
     return _digest({"weights": identity.get("weights_sha256") or identity.get("model"), **settings})
 
 
-def row_key(config: str, seed: int, row) -> str:
+def row_key(config: str, row) -> str:
     """The journal key of one row under one configuration (see the module doc)."""
     h = hashlib.sha256(config.encode())
-    fields = [seed, row.row_id, row.dataset, row.group_id, row.cluster, row.family, row.variant, row.question,
+    fields = [row.row_id, row.dataset, row.group_id, row.cluster, row.family, row.variant, row.question,
               list(row.options), row.display_order, row.label, row.primitive, row.context,
               list(getattr(row, "answers", ())), row.meta]
     h.update(json.dumps(fields, sort_keys=True, default=str).encode("utf-8"))

@@ -10,11 +10,12 @@ a flip with its reference: the orig caption, or for a combined flip the combined
 - ``e_sens`` = (1/F) sum (s(I, c) - s(I, c_flip)) and ``pr`` = (1/F) sum [s(I, c) > s(I, c_flip)]
   over the F flip pairs (``n_flip_pairs``);
 - ``pr_min``: the lowest PR of any attribute (object, colour, count), which ``min_pr`` reads, with
-  ``pr_min_attribute`` naming it.
+  ``pr_min_attribute`` naming it and ``pr_min_se`` its standard error (its 95% interval's width / 3.92).
 """
 
 from __future__ import annotations
 
+from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
 from laya_robustness import lgip
@@ -58,6 +59,8 @@ def lgip_block_cell(rows: Sequence[Mapping[str, Any]], orig: Mapping, boot: Mapp
     by_attribute = (cell.get("sensitivity") or {}).get("by_attribute", {})
     worst = min(by_attribute, key=lambda a: (by_attribute[a]["pr"], a)) if by_attribute else None
     cell["pr_min"] = by_attribute[worst]["pr"] if worst else None
+    ci = by_attribute[worst]["pr_ci"] if worst else None
+    cell["pr_min_se"] = (ci[1] - ci[0]) / (2 * NormalDist().inv_cdf(0.975)) if ci else None
     cell["pr_min_attribute"] = worst
     return cell
 

@@ -16,6 +16,7 @@ MARKERS = {
     "invariance": "a repeat / batch invariance condition",
     "slow": "takes minutes rather than seconds",
     "orig": "the unperturbed rows",
+    "baseline": "a comparison with the predictions of an earlier run (--baseline)",
 }
 
 

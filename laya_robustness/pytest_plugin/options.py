@@ -162,6 +162,10 @@ OPTIONS = (
     Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
            f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
     Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
+    Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
+           "comparison with it and the max_regression checks, or none"),
+    Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "
+           "once a run completes; a folder you name is kept, so runs can share it)"),
     Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "
            "rows, model and settings) and score only the rest", parse_switch, switch=True),
     Option("--data-map", "none", "field=column pairs naming the parquet / datasets columns that hold row fields, "
@@ -225,6 +229,8 @@ class Settings:
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None
     resume: bool
+    baseline: Path | None
+    journal: Path | None  # None: <report-dir>/journal
     data_map: dict  # row field -> column of a parquet / datasets table (laya_robustness.loaders.settings)
     max_image_pixels: int
     allow_outside_data: bool
@@ -260,6 +266,10 @@ def read_settings(config: pytest.Config) -> Settings:
         local_dual = resolve(config, dual)
         dual = str(local_dual) if local_dual.exists() else dual
     paraphrases = values.pop("paraphrases")
+    journal = values.pop("journal")
+    values["journal"] = None if journal == "auto" else resolve(config, journal)
+    baseline = values.pop("baseline")
+    values["baseline"] = None if baseline == "none" else resolve(config, baseline)
     return Settings(
         model_name=model_name, model=model, data=data, limitations=limitations,
         captions=resolve(config, values.pop("captions")), dual_model=None if dual == "none" else dual,

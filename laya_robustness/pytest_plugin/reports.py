@@ -1,4 +1,5 @@
-"""Write a gate run's reports: predictions.jsonl.gz, summary.json and invariance.json, per device.
+"""Write a gate run's reports: predictions.jsonl.gz, summary.json, checks.json (every check's result and
+decision) and invariance.json, per device.
 
 Every file is written atomically (a temporary file in the same folder, then a rename), so a reader
 never sees half a report. A run that did not finish (interrupted, stopped early, a harness error)
@@ -22,7 +23,7 @@ from laya_robustness.report_meta import invariance_meta, run_meta
 from laya_robustness.summary import summarize
 
 #: The files a run writes in a report folder (what a complete run cleans up when it does not rewrite them).
-REPORT_FILES = ("summary.json", "predictions.jsonl.gz", "invariance.json")
+REPORT_FILES = ("summary.json", "predictions.jsonl.gz", "invariance.json", "checks.json")
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -73,10 +74,16 @@ def write_reports(session) -> list[Path]:
         meta = {**run_meta(session, device), "complete": complete}
         if not complete:
             meta["incomplete_reason"] = session.incomplete_reason
-        summary = summarize(ordered, meta=meta, seed=session.seed, ece_floor_sims=session.settings.ece_floor_sims)
+        baseline = session.baseline_records if session.settings.baseline is not None else None
+        summary = summarize(ordered, meta=meta, seed=session.seed, ece_floor_sims=session.settings.ece_floor_sims,
+                            baseline=baseline)
         session.summaries[device] = summary
         files[out / "predictions.jsonl.gz"] = predictions_bytes(ordered)
         files[out / "summary.json"] = _json(summary)
+        results = [r for r in session.results if r["device"] == device]
+        files[out / "checks.json"] = _json({"meta": {"device": device, "complete": complete,
+                                                     "interval_checks": session.n_interval_checks,
+                                                     "alpha": session.thresholds.gate.alpha}, "results": results})
     keep_previous = not complete and any(_previous_is_complete(p.parent) for p in files)
     written = []
     for path, data in files.items():

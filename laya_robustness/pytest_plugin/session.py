@@ -112,6 +112,8 @@ class RobustnessSession:
         self.usage_error: pytest.UsageError | None = None
         self._invariance: dict[str, InvarianceRun] = {}
         self._journals: dict[str, object] = {}
+        self._n_interval_checks: int | None = None
+        self._baseline: list | None = None
         self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
         self.written: list = []
         self.incomplete_reason: str | None = None  # set when the run ends
@@ -296,7 +298,7 @@ class RobustnessSession:
             settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
                         "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
                         "attn_implementation": s.attn_implementation}
-            folder = self.report_dir / JOURNAL_DIR
+            folder = s.journal or self.report_dir / JOURNAL_DIR
             worker = getattr(self.config, "workerinput", {}).get("workerid")
             name = "".join(c if c.isalnum() or c in "-_" else "_" for c in key) + (f".{worker}" if worker else "")
             known = read_journals(folder) if s.resume else {}
@@ -306,7 +308,7 @@ class RobustnessSession:
 
     def _score(self, family: str, dataset: str, device: str) -> None:
         """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored;
-        with --resume a chunk whose every row was journaled by an earlier run is reused as it is."""
+        with --resume the rows an earlier run journaled are reused and only the others scored."""
         from laya_robustness.journal import row_key
 
         key = (family, dataset, device)
@@ -318,17 +320,20 @@ class RobustnessSession:
         scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         store = self.records.setdefault(device, {})
         for chunk in scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size):
-            keys = [row_key(journal.config, self.seed, rows[i]) for i in chunk]
-            if all(k in journal.known for k in keys):
-                scored = [Record.parse(journal.known[k], f"journal record {k}") for k in keys]
-            else:
+            keys = [row_key(journal.config, rows[i]) for i in chunk]
+            missing = [j for j, k in enumerate(keys) if k not in journal.known]
+            scored = [None if j in missing else Record.parse(journal.known[k], f"journal record {k}")
+                      for j, k in enumerate(keys)]
+            if missing:
                 try:
-                    scored = scoring.records([rows[i] for i in chunk])
+                    new = scoring.records([rows[chunk[j]] for j in missing])
                 except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
                     raise self._harness_error(
                         f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} failed: "
                         f"{type(exc).__name__}: {exc}") from exc
-                journal.append(zip(keys, scored))
+                for j, rec in zip(missing, new):
+                    scored[j] = rec
+                journal.append((keys[j], scored[j]) for j in missing)
             for rec in scored:
                 store[rec.row_id] = rec
         self._scored.add(key)
@@ -355,12 +360,15 @@ class RobustnessSession:
         cell = summary_cell(summarize(records, seed=self.seed), family, dataset)
         if not limits:
             pytest.skip(f"scored; the limits set none for {family} on {dataset}")
-        results = checks.evaluate_cell(family, dataset, cell, limits)
-        self.results += [{**asdict(r), "device": device} for r in results]
+        results = checks.evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
+        have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:
             limitation = self.thresholds.known_limitation(family, dataset, check)
             return limitation.reason if limitation else None
+
+        self.results += [{**asdict(r), "device": device, "n_rows_have": have, "known": known(r.check) is not None}
+                         for r in results]
 
         verdict = cell_verdict(results, known)
         if verdict.outcome == FAIL:
@@ -423,16 +431,80 @@ class RobustnessSession:
 
     # -- all families ---------------------------------------------------------------------------
 
+    def run_cells(self) -> list[tuple[str, str]]:
+        """Every (family, dataset) cell the run's family tests evaluate: orig on the question sets, and each
+        selected family that can run on every dataset of its source."""
+        cells = [] if self.model_is_dual else [(ORIG, d) for d in self.datasets]
+        for family in self.families:
+            if not self.skip_reason(family):
+                cells += [(family, d) for d in self.rows_of(family)]
+        return cells
+
+    @property
+    def n_interval_checks(self) -> int:
+        """m: how many limits of the whole run are judged on their interval (each gets alpha / m), the
+        regression checks against a --baseline included."""
+        if self._n_interval_checks is None:
+            t = self.thresholds
+            m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
+            if self.settings.baseline is not None and t.gate.max_regression is not None and t.gate.judge == "interval":
+                m += len({f for f, _ in self.run_cells()})
+            self._n_interval_checks = m
+        return self._n_interval_checks
+
+    @property
+    def baseline_records(self) -> list:
+        """The records of --baseline (a bad file is a usage error naming it)."""
+        if self._baseline is None:
+            from laya_robustness.predictions import PredictionError, read_predictions
+
+            try:
+                self._baseline = read_predictions(self.settings.baseline)
+            except (PredictionError, OSError) as exc:
+                raise pytest.UsageError(f"--baseline: {exc}") from exc
+        return self._baseline
+
+    def check_regression(self, family: str, device: str) -> None:
+        """The family, over all its datasets, against the --baseline: max_regression and the McNemar tests."""
+        from laya_robustness.metrics.baseline import ALL
+
+        if self.settings.baseline is None:
+            pytest.skip("no --baseline to compare with")
+        limit = self.thresholds.gate.max_regression
+        if family != ORIG and family not in self.families:
+            pytest.skip(f"{family} is not in --families ({','.join(self.families)})")
+        reason = None if family == ORIG else self.skip_reason(family)
+        if reason:
+            pytest.skip(reason)
+        datasets = [d for f, d in self.run_cells() if f == family]
+        records = [r for d in datasets for r in self.family_records(family, d, device) if r.family == family]
+        summary = summarize(records, seed=self.seed, baseline=self.baseline_records)
+        cell = summary.get("baseline", {}).get(family, {}).get(ALL)
+        if not cell or not cell["n_groups"]:
+            pytest.skip(f"the baseline has none of this run's {family} rows")
+        if limit is None:
+            pytest.skip("the limits set no [gate] max_regression")
+        judge = checks.Judgement(lambda check: self.thresholds.gate.judge,
+                                 self.thresholds.gate.alpha_each(self.n_interval_checks))
+        (result,) = checks.evaluate_cell(family, ALL, cell, {"max_regression": limit}, judge)
+        self.results += [{**asdict(result), "device": device, "n_rows_have": None, "known": False}]
+        if not result.passed:
+            mcnemar = cell["mcnemar_acc"]
+            pytest.fail(checks.failure_message(result, [
+                f"McNemar on accuracy: {mcnemar['b']} rows right in the baseline and wrong now, {mcnemar['c']} "
+                f"the other way (p = {mcnemar['p']:.3g}) over {mcnemar['n_pairs']} matched rows"]), pytrace=False)
+
+    def judgement(self, family: str, dataset: str):
+        """How the limits of one cell are judged (their judge, and alpha / m of the whole run)."""
+        t = self.thresholds
+        return checks.Judgement(lambda check: t.judge_for(family, dataset, check),
+                                t.gate.alpha_each(self.n_interval_checks))
+
     def full_summary(self, device: str) -> dict:
         """The summary of every selected family that can run, on every dataset of its source (scoring
-        whatever is missing)."""
-        for family in (ORIG, *self.families):
-            if family == ORIG or not self.skip_reason(family):
-                datasets = [*self.datasets, *self.caption_rows] if family == ORIG else list(self.rows_of(family))
-                for dataset in datasets:
-                    if family == ORIG and self.model_is_dual and dataset not in self.caption_rows:
-                        continue
-                    self.family_records(family, dataset, device)
+        whatever is missing), with orig on the caption sets the lgip families pair with."""
+        for family, dataset in self.run_cells():
+            self.family_records(family, dataset, device)
         return summarize(list(self.records.get(device, {}).values()), seed=self.seed)
 
     # -- xdist ----------------------------------------------------------------------------------

@@ -1,20 +1,34 @@
-"""The terminal summary: families x datasets with each cell's numbers and its checks' outcome."""
+"""The terminal summary: families x datasets with each cell's numbers and its checks' outcome (ok, ok? for
+undecided, xfail, FAIL), then the checks whose sets are too small to decide a 5-point change."""
 
 from __future__ import annotations
 
-MARKS = {"fail": "FAIL", "xfail": "xfail", "pass": "ok"}
+MARKS = {"fail": "FAIL", "xfail": "xfail", "pass": "ok", "undecided": "ok?"}
 
 
 def _outcome(results: list[dict], family: str, dataset: str, device: str, known) -> str:
+    """FAIL, xfail (every failure or borderline check is a known limitation), ok? (a check the evidence
+    decides neither way) or ok."""
     mine = [r for r in results if (r["family"], r["dataset"], r["device"]) == (family, dataset, device)]
     if not mine:
         return ""
-    failed = [r for r in mine if not r["passed"]]
-    if not failed:
-        return MARKS["pass"]
-    if all(known(family, dataset, r["check"]) for r in failed):
+    failed = [r for r in mine if r.get("decision", "pass" if r["passed"] else "fail") == "fail"]
+    undecided = [r for r in mine if r.get("decision") == "undecided"]
+    if any(not known(family, dataset, r["check"]) for r in failed):
+        return MARKS["fail"]
+    if failed or any(known(family, dataset, r["check"]) for r in undecided):
         return MARKS["xfail"]
-    return MARKS["fail"]
+    return MARKS["undecided"] if undecided else MARKS["pass"]
+
+
+def power_lines(results: list[dict]) -> list[str]:
+    """The interval-judged checks whose sets are too small to tell a 5-point change from none."""
+    lines = []
+    for r in results:
+        needed, have = r.get("rows_needed"), r.get("n_rows_have")
+        if needed and have and needed > have:
+            lines.append(f"{r['family']}/{r['dataset']} {r['check']}: needs about {needed} rows per set, has {have}")
+    return sorted(set(lines))
 
 
 def cell_text(cell: dict | None, family: str) -> str:
@@ -65,6 +79,11 @@ def write_summary(reporter, session) -> None:
     for device, summary in sorted(session.summaries.items()):
         reporter.write_sep("=", f"robustness gate ({device}): acc / delta / flip per family, [checks]")
         for line in table_lines(summary, session.results, device, known):
+            reporter.write_line(line)
+    power = power_lines(session.results)
+    if power:
+        reporter.write_sep("-", "too few rows to tell a 5-point change from none at the gate's error rate")
+        for line in power:
             reporter.write_line(line)
     for path in getattr(session, "written", []):
         reporter.write_line(f"wrote {path}")
