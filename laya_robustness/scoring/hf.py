@@ -109,7 +109,7 @@ class HFVLMScorer:
         self.stats = {k: 0 for k in STAT_KEYS}
         self._feature_store = ByteLRU(self._cache_bytes[0])
         self._pixels = ByteLRU(self._cache_bytes[1])
-        self._templates, self._token_ids = _TextCache(), _TextCache()
+        self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _TextCache()
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str = "cpu", precision: str = "auto",
@@ -184,21 +184,24 @@ class HFVLMScorer:
         return entry
 
     def _ids(self, text: str, answer: bool = False) -> list[int]:
-        ids, hit = self._token_ids.lookup((answer, text), lambda: (
+        ids, _ = self._token_ids.lookup((answer, text), lambda: (
             self.adapter.tokenize_answer(text) if answer else self.adapter.tokenize_prompt(text)))
-        self.stats["prompt_cache_hits"] += int(hit)
         return ids
+
+    def _prompt(self, text: str, keys: tuple, groups: list[tuple]) -> layout.Prompt:
+        """The prompt of a templated text with these image groups: expanded, tokenized, positioned."""
+        entries = [self._image_entry(k, g) for k, g in zip(keys, groups)]
+        ids = self._ids(self.adapter.expand(text, [r for _, reps in entries for r in reps]))
+        return layout.Prompt(tuple(ids), self.adapter.prompt_positions(ids, [t for t, _ in entries]),
+                             self.adapter.prompt_blocks(ids))
 
     def prepare(self, row: Row) -> PreparedRow:
         """Template, image inputs and token ids of a row (each part cached by content)."""
-        user = user_text(row)
-        text, _ = self._templates.lookup((user, len(row.images)), lambda: self.adapter.prompt_text(row))
+        text, _ = self._templates.lookup((user_text(row), len(row.images)), lambda: self.adapter.prompt_text(row))
         groups = self.adapter.image_groups(row.images)
         keys = tuple(tuple(image_digest(im) for im in g) for g in groups)
-        entries = [self._image_entry(k, g) for k, g in zip(keys, groups)]
-        ids = self._ids(self.adapter.expand(text, [r for _, reps in entries for r in reps]))
-        prompt = layout.Prompt(tuple(ids), self.adapter.prompt_positions(ids, [t for t, _ in entries]),
-                               self.adapter.prompt_blocks(ids))
+        prompt, hit = self._prompts.lookup((text, keys), lambda: self._prompt(text, keys, groups))
+        self.stats["prompt_cache_hits"] += int(hit)
         options = tuple(tuple(self._ids(self.adapter.answer_text(o, text), answer=True)) for o in row.shown_options)
         return PreparedRow(row.row_id, prompt, keys, options)
 
@@ -294,22 +297,32 @@ class HFVLMScorer:
                                            cache=cache, use_cache=cache is not None, **kwargs)
 
     def _log_likelihoods(self, hidden, targets: list[list[list[tuple[int, int]]]]) -> list[list[float]]:
-        """Sum of log p(token) per option; ``targets[b][j]`` lists (position, token) in sequence b."""
+        """Sum of log p(token) per option; ``targets[b][j]`` lists (position, token) in sequence b.
+
+        The head runs once per distinct position (the last prompt token is shared by all options).
+        """
         import torch
 
-        where = sorted({(b, s) for b, seq in enumerate(targets) for option in seq for s, _ in option})
-        index = {bs: i for i, bs in enumerate(where)}
-        rows = torch.tensor([b for b, _ in where], device=hidden.device)
-        cols = torch.tensor([s for _, s in where], device=hidden.device)
-        logp = torch.log_softmax(self.adapter.head(hidden[rows, cols]).float(), dim=-1)
-        out = []
+        where: dict[tuple[int, int], int] = {}
+        picks, tokens, owner = [], [], []
+        n_options = 0
         for b, seq in enumerate(targets):
-            sums = []
             for option in seq:
-                picks = torch.tensor([index[(b, s)] for s, _ in option], device=hidden.device)
-                tokens = torch.tensor([t for _, t in option], device=hidden.device)
-                sums.append(float(logp[picks, tokens].sum()))
-            out.append(sums)
+                for s, t in option:
+                    picks.append(where.setdefault((b, s), len(where)))
+                    tokens.append(t)
+                    owner.append(n_options)
+                n_options += 1
+        device = hidden.device
+        positions = torch.tensor(list(where), device=device)
+        logp = torch.log_softmax(self.adapter.head(hidden[positions[:, 0], positions[:, 1]]).float(), dim=-1)
+        values = logp[torch.tensor(picks, device=device), torch.tensor(tokens, device=device)]
+        sums = torch.zeros(n_options, dtype=values.dtype, device=device).index_add_(
+            0, torch.tensor(owner, device=device), values).tolist()
+        out, k = [], 0
+        for seq in targets:
+            out.append(sums[k:k + len(seq)])
+            k += len(seq)
         return out
 
     def _score_sequences(self, items: Sequence[tuple[PreparedRow, tuple[int, ...]]], features: dict,

@@ -335,3 +335,21 @@ def build_checkpoint(architecture: str, out_dir: str | Path, seed: int = SEED) -
     build_model(config, seed).save_pretrained(out)
     save_processor(processor, out)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m laya_robustness.scoring.tiny_checkpoints ARCHITECTURE OUT_DIR [--seed N]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m laya_robustness.scoring.tiny_checkpoints",
+                                     description="Build a tiny random checkpoint of a supported architecture.")
+    parser.add_argument("architecture", choices=ARCHITECTURES)
+    parser.add_argument("out")
+    parser.add_argument("--seed", type=int, default=SEED)
+    args = parser.parse_args(argv)
+    print(build_checkpoint(args.architecture, args.out, args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
