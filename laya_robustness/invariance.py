@@ -1,9 +1,10 @@
 """Repeat and batch invariance: the same rows scored under conditions that must not change their logits.
 
 Each condition is compared with its own path's reference (the batch path with each row
-alone, or predict with one question per call and the prefix cache). For every row it
-records |dp| (calibrated probabilities), |dlogit|, the argmax before and after and the
-margin (top probability minus the runner-up) before and after.
+alone, or predict with one question per call and the prefix cache); ``one_pass_vs_per_option``
+holds the batch path's one pass over all options of a row to one sequence per option. For
+every row it records |dp| (calibrated probabilities), |dlogit|, the argmax before and after
+and the margin (top probability minus the runner-up) before and after.
 """
 
 from __future__ import annotations

@@ -13,18 +13,22 @@ from laya_robustness.scoring.adapters import SUPPORTED
 from laya_robustness.scoring.tiny_checkpoints import build_checkpoint
 
 
-def test_an_unsupported_architecture_is_refused_naming_it_and_the_supported_ones(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "fuyu", "architectures": ["FuyuForCausalLM"]}))
+@pytest.mark.parametrize("model_type, architecture", [
+    ("fuyu", "FuyuForCausalLM"),
+    ("mllama", "MllamaForConditionalGeneration"),  # images enter through cross-attention, not as tokens
+])
+def test_an_unsupported_architecture_is_refused_naming_it_and_the_supported_ones(tmp_path, model_type, architecture):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [architecture]}))
     with pytest.raises(UnsupportedArchitecture) as info:
         load_scorer("hf", str(tmp_path))
     message = str(info.value)
-    assert "'fuyu'" in message and "FuyuForCausalLM" in message
+    assert f"'{model_type}'" in message and architecture in message
     assert all(name in message for name in ("idefics3", "llava_next", "qwen2_vl", "paligemma", "gemma3"))
     assert isinstance(info.value, ModelLoadError)
 
 
 def test_every_family_of_the_issue_has_an_adapter():
-    wanted = {"idefics3", "smolvlm", "idefics2", "llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl",
+    wanted = {"idefics3", "idefics2", "llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl",
               "paligemma", "gemma3"}
     assert wanted <= set(SUPPORTED)
 

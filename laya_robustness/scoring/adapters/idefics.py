@@ -11,7 +11,7 @@ class IdeficsAdapter(Adapter):
     """Idefics3 / SmolVLM: the processor's image splitting and placeholder text need nothing beyond the default."""
 
     name = "idefics"
-    model_types = ("idefics3", "smolvlm")
+    model_types = ("idefics3",)
 
 
 class Idefics2Adapter(IdeficsAdapter):
