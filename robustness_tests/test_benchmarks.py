@@ -89,7 +89,7 @@ def test_scorer_throughput(benchmark, robustness, device, path):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_smolvlm_256m_shaped_throughput(benchmark, robustness, device, path, tmp_path_factory):
-    """The SmolVLM-256M-shaped model (random weights, built from config): 6 photo rows + option_order = 35 rows."""
+    """The SmolVLM-256M-shaped model (random weights, built from config): 6 photo rows + their option_order variants."""
     if "slow" not in (robustness.config.option.markexpr or ""):
         pytest.skip("slow: builds a 0.9 GB model and scores for minutes; select it with -m slow")
     from laya_robustness.scoring import load_scorer
@@ -101,7 +101,7 @@ def test_smolvlm_256m_shaped_throughput(benchmark, robustness, device, path, tmp
     scorer = load_scorer("hf", str(model), device=device, batch_size=robustness.batch_size)
     load_s = time.perf_counter() - started
     rows = workload()
-    assert len(rows) == 35
+    assert len(rows) > 30 and len({r.group_id for r in rows}) == 6
     _measure(benchmark, scorer, rows, path, device, rounds=1)
     if benchmark.stats:
         benchmark.extra_info["load_s"] = round(load_s, 2)

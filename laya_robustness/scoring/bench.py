@@ -86,7 +86,7 @@ def photo_rows(n: int = PHOTO_ROWS, size: int = PHOTO_SIZE, seed: int = 0) -> li
 
 
 def workload(n: int = PHOTO_ROWS, size: int = PHOTO_SIZE, seed: int = 0) -> list[Row]:
-    """The photo rows and their option_order variants (6 rows give 35 scored rows)."""
+    """The photo rows and their option_order variants (6 rows give 36 scored rows)."""
     from laya_robustness.families import build_variants
 
     rows = photo_rows(n, size, seed)

@@ -142,7 +142,7 @@ class HFVLMScorer:
         other = copy.copy(self)
         if model is not None:
             other.model = model.eval()
-            other.adapter = type(self.adapter)(other.model, self.processor)
+        other.adapter = type(self.adapter)(other.model, self.processor)  # its own, never shared
         if precision is not None:
             if precision not in PRECISIONS:
                 raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
@@ -264,13 +264,12 @@ class HFVLMScorer:
         sliding = layout.additive_mask(layout.allowed(batch, query_start, window), dtype, self.device)
         return {"full_attention": full, "sliding_attention": sliding}
 
-    def _embed(self, batch: layout.Batch, seqs: Sequence[PreparedRow], features: dict, query_start: int = 0):
+    def _embed(self, batch: layout.Batch, seqs: Sequence[PreparedRow], features: dict):
         """Token embeddings with each row's image features placed at its image tokens."""
         import torch
 
-        ids = torch.from_numpy(batch.ids[:, query_start:]).to(self.device)
-        embeds = self.adapter.embed(ids)
-        image = batch.ids[:, query_start:] == self.adapter.image_token_id
+        embeds = self.adapter.embed(torch.from_numpy(batch.ids).to(self.device))
+        image = batch.ids == self.adapter.image_token_id
         for b, prepared in enumerate(seqs):
             if not prepared.groups or not image[b].any():
                 continue
