@@ -1,24 +1,70 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,fixtures}``."""
+"""Command line: ``python -m laya_robustness {summarize,floor,fixtures,export-parquet}``.
+
+Exit codes: 0 done, 4 a usage error (a bad or unreadable input file, a bad argument), printed as one line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 FIXTURES = Path("laya_fixtures")
+USAGE_ERROR = 4
+
+
+def sibling_meta(predictions_path: Path) -> dict:
+    """The "meta" of the summary.json beside the predictions file, or {}."""
+    sibling = predictions_path.parent / "summary.json"
+    if not sibling.is_file():
+        return {}
+    try:
+        data = json.loads(sibling.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    meta = data.get("meta") if isinstance(data, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def summarize_file(predictions_path: str | Path, out_path: str | Path, ece_floor_sims: int = 0) -> int:
+    """Summarize a predictions file into ``out_path`` (JSON) and print the tables; returns 0.
+
+    The meta comes from the "meta" key of a ``summary.json`` beside the predictions, if present.
+    With ``ece_floor_sims`` > 0 the summary has the "floor" block (seed 0, as the rest).
+    """
+    from laya_robustness.predictions import read_predictions
+    from laya_robustness.summary import summarize
+    from laya_robustness.tables import format_table
+
+    predictions_path = Path(predictions_path)
+    summary = summarize(read_predictions(predictions_path), sibling_meta(predictions_path),
+                        ece_floor_sims=ece_floor_sims)
+    Path(out_path).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(format_table(summary))
+    return 0
+
+
+def print_floor(predictions_path: str | Path, sims: int = 200, seed: int = 0) -> int:
+    """Print the ECE noise floor table of a predictions file's flat families; returns 0."""
+    from laya_robustness.metrics.floor import floor_block
+    from laya_robustness.predictions import read_predictions
+    from laya_robustness.summary import flat_records
+    from laya_robustness.tables import format_floor_table
+
+    if not (isinstance(sims, int) and sims >= 1):
+        raise ValueError(f"--sims must be an int >= 1, got {sims!r}")
+    block = floor_block(flat_records(read_predictions(predictions_path)), sims=sims, seed=seed)
+    print(format_floor_table({"floor": block}))
+    return 0
 
 
 def _summarize(args) -> int:
-    from laya_robustness.summary import run_cli
-
-    return run_cli(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
+    return summarize_file(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
 
 
 def _floor(args) -> int:
-    from laya_robustness.summary import run_floor_cli
-
-    return run_floor_cli(args.predictions, sims=args.sims, seed=args.seed)
+    return print_floor(args.predictions, sims=args.sims, seed=args.seed)
 
 
 def _fixture_rows(args) -> int:
@@ -46,7 +92,55 @@ def _fixture_train(args) -> int:
     return 0
 
 
+def _fixture_captions(args) -> int:
+    from laya_robustness.captions import N_IMAGES, VALIDATION_SEED, write_fixture_captions
+
+    n_images = args.images if args.images is not None else N_IMAGES
+    seed = args.seed if args.seed is not None else VALIDATION_SEED
+    print(f"wrote {write_fixture_captions(args.out, n_images=n_images, seed=seed)}")
+    return 0
+
+
+def _fixture_clip(args) -> int:
+    from laya_robustness.train_clip import EMBEDDED, STEPS, TRAIN_SEED, train
+
+    record = train(args.out, steps=args.steps if args.steps is not None else STEPS,
+                   seed=args.seed if args.seed is not None else TRAIN_SEED,
+                   vocabulary=args.vocabulary if args.vocabulary is not None else EMBEDDED)
+    print(record)
+    return 0
+
+
+def _export_parquet(args) -> int:
+    from laya_robustness.loaders.export import export_parquet
+    from laya_robustness.loaders.settings import LoadSettings
+
+    settings = LoadSettings(args.data_map, args.max_image_pixels, args.allow_outside_data)
+    try:
+        paths = export_parquet(args.data, args.out, settings)  # RowError, FileNotFoundError: see main()
+    except ImportError as exc:  # the datasets extra is not installed
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def _option_type(parse):
+    """An argparse type from one of the loaders' option parsers (their ValueError becomes a usage error)."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
 def parser() -> argparse.ArgumentParser:
+    from laya_robustness.loaders import settings as load_settings
+
     p = argparse.ArgumentParser(prog="python -m laya_robustness", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("summarize", help="re-make summary.json from a predictions file, no model")
@@ -74,6 +168,33 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=None, help="seed of the training rows, the initial weights and the "
                    "batches (default: 1; the validation rows use 0)")
     t.set_defaults(run=_fixture_train)
+    c = fsub.add_parser("captions", help="draw the fixture caption set (coloured-shape scenes, seed 0)")
+    c.add_argument("--out", type=Path, default=FIXTURES / "captions")
+    c.add_argument("--images", type=int, default=None, help="scenes to draw (default: 100)")
+    c.add_argument("--seed", type=int, default=None)
+    c.set_defaults(run=_fixture_captions)
+    k = fsub.add_parser("clip", help="train the tiny CLIP dual encoder (a few minutes on 2 cores)")
+    k.add_argument("--out", type=Path, default=FIXTURES / "tiny-clip")
+    k.add_argument("--steps", type=int, default=None)
+    k.add_argument("--seed", type=int, default=None, help="seed of the training captions, the initial weights and "
+                   "the batches (default: 1; the validation captions use 0)")
+    k.add_argument("--vocabulary", type=Path, default=None, help="CLIP's bpe_simple_vocab_16e6.txt.gz (from the "
+                   "clip-anytorch or open-clip-torch wheel) or a directory with vocab.json + merges.txt "
+                   "(default: the committed laya_fixtures/tiny-clip)")
+    k.set_defaults(run=_fixture_clip)
+    e = sub.add_parser("export-parquet", help="write the rows of a --data source as parquet, one file per dataset")
+    e.add_argument("data", type=Path, help="a JSONL manifest, TSV, parquet file, datasets directory, or a directory "
+                   "of them")
+    e.add_argument("out", type=Path, help="the directory to write <dataset>.parquet files into")
+    e.add_argument("--data-map", type=_option_type(load_settings.parse_data_map), default={},
+                   help="field=column pairs for reading a parquet source (default: none)")
+    e.add_argument("--max-image-pixels", type=_option_type(load_settings.parse_max_image_pixels),
+                   default=load_settings.DEFAULT_MAX_IMAGE_PIXELS,
+                   help=f"largest image read, in pixels or megapixels (default: "
+                        f"{load_settings.DEFAULT_MAX_IMAGE_PIXELS})")
+    e.add_argument("--allow-outside-data", type=_option_type(load_settings.parse_allow_outside_data), default=False,
+                   help="yes: read image paths outside the data directory (default: no)")
+    e.set_defaults(run=_export_parquet)
     return p
 
 
@@ -81,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "out", "") is None and args.command == "summarize":
         args.out = args.predictions.with_name("summary.offline.json")
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (OSError, ValueError) as exc:  # PredictionError, RowError and ThresholdsError are ValueErrors
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":

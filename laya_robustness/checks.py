@@ -15,9 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from laya_robustness.metrics.accuracy import group_means
+from laya_robustness.records import ORIG
 from laya_robustness.thresholds import CHECKS, INVARIANCE_KEYS
 
-ORIG = "orig"
 INVARIANCE = "invariance"
 
 
@@ -94,6 +95,31 @@ def _max_asr(family, dataset, cell, limit):
     return _upper(family, dataset, "max_asr", cell, limit, "asr", "attack success rate")
 
 
+def _max_av(family, dataset, cell, limit):
+    return _upper(family, dataset, "max_av", cell, limit, "av", "share of changed instances (AV)")
+
+
+def _max_v(family, dataset, cell, limit):
+    return _upper(family, dataset, "max_v", cell, limit, "v", "share of samples changed at least once (V)")
+
+
+def _max_e_inv(family, dataset, cell, limit):
+    return _upper(family, dataset, "max_e_inv", cell, limit, "e_inv", "invariance error E_inv")
+
+
+def _min_pr(family, dataset, cell, limit):
+    """The worst attribute's positive rate (``pr_min``, attribute ``pr_min_attribute``) >= limit."""
+    where = _where(family, dataset)
+    value = _metric(cell, "pr_min", "min_pr", where)
+    attribute = cell.get("pr_min_attribute", "?")
+    passed = value >= limit
+    detail = f"positive rate of {attribute} flips {_fmt(value)} {'>=' if passed else '<'} min_pr {_fmt(limit)}"
+    by_attribute = (cell.get("sensitivity") or {}).get("by_attribute", {})
+    ci = (by_attribute.get(attribute) or {}).get("pr_ci")
+    interval = (float(ci[0]), float(ci[1])) if ci else None
+    return CheckResult(family, dataset, "min_pr", passed, value, limit, interval, detail)
+
+
 def _min_acc(family, dataset, cell, limit):
     where = _where(family, dataset)
     value = _metric(cell, "acc", "min_acc", where)
@@ -101,6 +127,20 @@ def _min_acc(family, dataset, cell, limit):
     detail = f"accuracy {_fmt(value)} {'>=' if passed else '<'} min_acc {_fmt(limit)}"
     interval = _interval(cell, "acc_ci", "min_acc", where, False)
     return CheckResult(family, dataset, "min_acc", passed, value, limit, interval, detail)
+
+
+def _min_acc_over_chance(family, dataset, cell, limit):
+    """acc - chance >= limit: the accuracy clears the cell's chance rate (mean 1/k) by the margin."""
+    where = _where(family, dataset)
+    acc, chance = _metric(cell, "acc", "min_acc_over_chance", where), _metric(cell, "chance", "min_acc_over_chance", where)
+    value = acc - chance
+    passed = value >= limit
+    detail = (f"accuracy {_fmt(acc)} - chance {_fmt(chance)} = {_fmt(value)} "
+              f"{'>=' if passed else '<'} min_acc_over_chance {_fmt(limit)}")
+    interval = _interval(cell, "acc_ci", "min_acc_over_chance", where, False)
+    if interval is not None:
+        interval = (interval[0] - chance, interval[1] - chance)
+    return CheckResult(family, dataset, "min_acc_over_chance", passed, value, limit, interval, detail)
 
 
 def _max_drop(family, dataset, cell, limit):
@@ -143,6 +183,11 @@ _EVALUATORS: dict[str, Callable[[str, str, Mapping[str, Any], float], CheckResul
     "min_acc": _min_acc,
     "max_ece": _max_ece,
     "max_asr": _max_asr,
+    "min_acc_over_chance": _min_acc_over_chance,
+    "max_av": _max_av,
+    "max_v": _max_v,
+    "max_e_inv": _max_e_inv,
+    "min_pr": _min_pr,
 }
 assert tuple(_EVALUATORS) == CHECKS
 
@@ -156,8 +201,10 @@ def _unknown(kind: str, name: str, known: Sequence[str]) -> str:
 def evaluate_cell(family: str, dataset: str, cell: Mapping[str, Any], limits: Mapping[str, float]) -> list[CheckResult]:
     """One CheckResult per limit, in CHECKS order.
 
-    - max_flip: flip <= limit;  min_acc: acc >= limit;  max_ece: ece <= limit;  max_asr: asr <= limit
-      (point estimates; a ``<metric>_ci`` in the cell is carried along as the interval).
+    - max_flip: flip <= limit;  min_acc: acc >= limit;  max_ece: ece <= limit;  max_asr: asr <= limit;
+      min_acc_over_chance: acc - chance >= limit; max_av: av <= limit; max_v: v <= limit;
+      max_e_inv: e_inv <= limit; min_pr: pr_min (the worst attribute's PR) >= limit (point estimates;
+      a ``<metric>_ci`` in the cell is carried along as the interval).
     - max_drop: fails when delta_ci[1] < -limit (the whole paired interval lies below -limit).
     - min_gap: gap = -delta >= limit and -delta_ci[1] > 0 (the gap's interval excludes 0).
 
@@ -226,6 +273,11 @@ _MESSAGES = {
     "min_acc": ("accuracy", "accuracy >= {limit}"),
     "max_ece": ("ECE", "ECE <= {limit}"),
     "max_asr": ("attack success rate", "attack success rate <= {limit}"),
+    "min_acc_over_chance": ("accuracy - chance", "accuracy - chance >= {limit}"),
+    "max_av": ("share of changed instances (AV)", "AV <= {limit}"),
+    "max_v": ("share of samples changed at least once (V)", "V <= {limit}"),
+    "max_e_inv": ("invariance error E_inv", "E_inv <= {limit}"),
+    "min_pr": ("the worst attribute's positive rate", "PR of every attribute >= {limit}"),
     "bitwise": ("bitwise identical logits (1 = yes, 0 = no)", "logits bitwise identical"),
     "max_abs_dp": ("max |delta p|", "max |delta p| < {limit}"),
     "max_abs_dlogit": ("max |delta logit|", "max |delta logit| < {limit}"),
@@ -295,8 +347,9 @@ def _labels(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _acc(rows: Sequence[Mapping[str, Any]]) -> float | None:
-    scored = [r for r in rows if r["label"] >= 0]
-    return sum(r["argmax"] == r["label"] for r in scored) / len(scored) if scored else None
+    """The accuracy of one group's rows (metrics.accuracy), None without a scored row."""
+    means = group_means(rows)
+    return next(iter(means.values())) if means else None
 
 
 def _orig_text(orig: Mapping[str, Any] | None) -> str:
@@ -397,6 +450,20 @@ def _worst_asr(groups, origs, family, dataset):
     return ranked
 
 
+def _worst_lgip(groups, origs, family, dataset):
+    """Captions by the largest similarity change of a variant against the orig caption."""
+    ranked = []
+    for g, rows in groups.items():
+        if g not in origs:
+            continue
+        s0 = origs[g]["logits"][0]
+        worst = max(rows, key=lambda r: (abs(r["logits"][0] - s0), r["row_id"]))
+        line = (f"{g}: s(orig) {s0:.4f} -> {worst['variant']} {worst['logits'][0]:.4f} "
+                f"({len(rows)} variant(s))")
+        ranked.append((-abs(worst["logits"][0] - s0), g, line))
+    return ranked
+
+
 _WORST = {
     "max_flip": _worst_flip,
     "max_drop": _worst_drop,
@@ -404,6 +471,11 @@ _WORST = {
     "min_acc": _worst_acc,
     "max_ece": _worst_ece,
     "max_asr": _worst_asr,
+    "min_acc_over_chance": _worst_acc,
+    "max_av": _worst_flip,
+    "max_v": _worst_flip,
+    "max_e_inv": _worst_lgip,
+    "min_pr": _worst_lgip,
 }
 assert tuple(_WORST) == CHECKS
 

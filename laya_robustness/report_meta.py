@@ -19,20 +19,24 @@ def library_versions() -> dict[str, str]:
 
 
 def run_meta(session, device: str) -> dict:
-    """Seed, rows per set, model identity (name and weight hashes), device, precision, batch size, versions."""
+    """Seed, rows per set, model identity (name and weight hashes), device, precision, batch size, limits, versions."""
+    s = session.settings
     identity = dict(session.identities.get(device, {}))
-    identity["model"] = session.model_name
+    identity["model"] = s.model_name
+    dual = session.identities.get(f"{device}/dual")
+    if dual:
+        identity["dual"] = dict(dual)
     return {
-        "seed": session.seed,
-        "rows_per_set": session.rows_per_set,
-        "datasets": {name: len(rows) for name, rows in session.rows.items()},
-        "families": list(session.families),
+        "seed": s.seed,
+        "rows_per_set": s.rows_per_set,
+        "datasets": {name: len(rows) for name, rows in {**session.rows, **session.caption_rows}.items()},
+        "families": list(s.families),
         "model": identity,
         "device": device,
-        "scoring_path": session.scoring_path,
-        "precision": {"batch": session.precision, "predict": "fp32"},
-        "batch_size": session.batch_size,
-        "temperatures": session.temperatures,
+        "scoring_path": s.scoring_path,
+        "precision": {"batch": s.precision, "predict": "fp32"},
+        "batch_size": s.batch_size,
+        "temperatures": s.temperatures,
         "versions": library_versions(),
     }
 
@@ -65,10 +69,10 @@ def invariance_meta(session, device: str) -> dict:
         "device": device,
         "device_name": device_name(device),
         "model": {**session.identities.get(device, {}), "model": session.model_name},
-        "datasets": {name: min(len(rows), session.invariance_rows) for name, rows in session.rows.items()},
+        "datasets": {name: min(len(rows), session.settings.invariance_rows) for name, rows in session.rows.items()},
         "seed": session.seed,
         "code_commit": code_commit(session.config.rootpath),
-        "batch_size": session.batch_size,
+        "batch_size": session.settings.batch_size,
         "precision": {name: stats["precision"] for name, stats in sorted(conditions.items())},
         "versions": library_versions(),
     }

@@ -1,7 +1,10 @@
 """Load and validate the gate's limits file (thresholds.toml); every unknown or ill-typed key is an error.
 
-The known family, dataset and invariance-condition names are passed in by the caller, so this module
-imports nothing from the rest of the gate (and never pytest).
+The known family, dataset and invariance-condition names (and, per family, the checks that apply
+to it) are passed in by the caller, so this module imports nothing from the rest of the gate (and
+never pytest). A limits file may be layered with *overlays*: files that hold only per-dataset
+overrides and known limitations for particular data (the embedded default's live in
+``laya_fixtures/limitations.toml``), so the main file holds the release limits that apply to any data.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "thresholds.toml"
@@ -23,10 +26,14 @@ from typing import Any, Iterable, Mapping
 
 VERSION = 1
 TOP_LEVEL_KEYS = ("version", "families", "invariance", "known_limitations")
+#: What an overlay may hold: per-dataset overrides (under families.<f>.datasets) and known limitations.
+OVERLAY_KEYS = ("version", "families", "known_limitations")
 #: The check keys of a family (or dataset override) table, in the order they are evaluated.
-CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr")
-#: Checks whose limit is a rate in [0, 1]; min_gap is a signed difference in [-1, 1].
-RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr")
+CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr", "min_acc_over_chance", "max_av", "max_v",
+          "max_e_inv", "min_pr")
+#: Checks whose limit is a rate in [0, 1]; min_gap, min_acc_over_chance and max_e_inv are differences in [-1, 1]
+#: (max_e_inv a difference of cosine similarities).
+RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr", "max_av", "max_v", "min_pr")
 INVARIANCE_KEYS = ("bitwise", "max_abs_dp", "max_abs_dlogit", "max_flips")
 DATASETS_KEY = "datasets"
 LIMITATION_FIELDS = ("family", "dataset", "check", "reason")
@@ -78,11 +85,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value: int | float) -> bool:
+    """Whether a TOML number is a finite float (an integer past the float range is not: TOML allows it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number(path: Path, key: str, value: Any, lo: float, hi: float) -> float:
     """A finite int/float in [lo, hi], as a float."""
     if not _is_number(value):
         raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
-    if not (math.isfinite(value) and lo <= value <= hi):
+    if not (_finite(value) and lo <= value <= hi):
         raise ThresholdsError(path, key, f"expected a number in [{lo:g}, {hi:g}], got {value!r}")
     return float(value)
 
@@ -96,36 +111,52 @@ def _table(path: Path, key: str, value: Any) -> dict:
 def _check_limit(path: Path, key: str, check: str, value: Any) -> float:
     if check in RATE_CHECKS:
         return _number(path, key, value, 0.0, 1.0)
-    return _number(path, key, value, -1.0, 1.0)  # min_gap
+    if check == "max_e_inv":
+        return _number(path, key, value, 0.0, 2.0)  # |s - s'| of cosine similarities lies in [0, 2]
+    return _number(path, key, value, -1.0, 1.0)  # min_gap, min_acc_over_chance
 
 
-def _checks(path: Path, prefix: str, table: dict, allowed_extra: tuple[str, ...] = ()) -> dict[str, float]:
-    """The check limits of one family or dataset table (keys in ``allowed_extra`` are skipped)."""
+def _checks(path: Path, prefix: str, table: dict, applies: tuple[str, ...],
+            allowed_extra: tuple[str, ...] = ()) -> dict[str, float]:
+    """The check limits of one family or dataset table (keys in ``allowed_extra`` are skipped).
+
+    ``applies`` are the checks that apply to the family: any other known check is an error too.
+    """
     out = {}
     for key, value in table.items():
         if key in allowed_extra:
             continue
         if key not in CHECKS:
             raise ThresholdsError(path, f"{prefix}.{key}", _unknown("check key", key, CHECKS + allowed_extra))
+        if key not in applies:
+            family = prefix.split(".")[1]
+            raise ThresholdsError(path, f"{prefix}.{key}", f"check {key!r} does not apply to family {family!r} "
+                                  f"(its checks: {', '.join(applies) or 'none'})")
         out[key] = _check_limit(path, f"{prefix}.{key}", key, value)
     return {c: out[c] for c in CHECKS if c in out}
 
 
-def _family(path: Path, family: str, table: Any, datasets: frozenset[str]) -> tuple[dict, dict]:
-    """(family defaults, {dataset: override}) of one [families.<family>] table."""
-    prefix = f"families.{family}"
-    table = _table(path, prefix, table)
-    defaults = _checks(path, prefix, table, allowed_extra=(DATASETS_KEY,))
+def _overrides(path: Path, prefix: str, table: Any, datasets: frozenset[str], applies: tuple[str, ...]) -> dict:
+    """{dataset: override} of one [families.<family>.datasets] table."""
     overrides = {}
-    for dataset, sub in _table(path, f"{prefix}.{DATASETS_KEY}", table.get(DATASETS_KEY, {})).items():
+    for dataset, sub in _table(path, f"{prefix}.{DATASETS_KEY}", table).items():
         key = f"{prefix}.{DATASETS_KEY}.{dataset}"
         if dataset not in datasets:
             raise ThresholdsError(path, key, _unknown("dataset", dataset, datasets))
-        overrides[dataset] = _checks(path, key, _table(path, key, sub))
+        overrides[dataset] = _checks(path, key, _table(path, key, sub), applies)
         if not overrides[dataset]:
-            raise ThresholdsError(path, key, _no_limit(CHECKS))
+            raise ThresholdsError(path, key, _no_limit(applies))
+    return overrides
+
+
+def _family(path: Path, family: str, table: Any, datasets: frozenset[str], applies: tuple[str, ...]):
+    """(family defaults, {dataset: override}) of one [families.<family>] table."""
+    prefix = f"families.{family}"
+    table = _table(path, prefix, table)
+    defaults = _checks(path, prefix, table, applies, allowed_extra=(DATASETS_KEY,))
+    overrides = _overrides(path, prefix, table.get(DATASETS_KEY, {}), datasets, applies)
     if not defaults and not overrides:
-        raise ThresholdsError(path, prefix, _no_limit(CHECKS))
+        raise ThresholdsError(path, prefix, _no_limit(applies))
     return defaults, overrides
 
 
@@ -142,7 +173,7 @@ def _invariance_value(path: Path, key: str, name: str, value: Any) -> bool | int
         return value
     if not _is_number(value):
         raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
-    if not (math.isfinite(value) and value > 0):
+    if not (_finite(value) and value > 0):
         # The check is |d| < limit, so 0 could never pass: exact equality is bitwise = true.
         problem = f"expected a finite number > 0 (the check is strict: |d| < limit), got {value!r}"
         raise ThresholdsError(path, key, problem)
@@ -198,6 +229,7 @@ class Thresholds:
     _known_families: frozenset[str] = field(repr=False)
     _known_datasets: frozenset[str] = field(repr=False)
     _known_conditions: frozenset[str] = field(repr=False)
+    overlays: tuple[Path, ...] = ()
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -264,28 +296,33 @@ def _limitation(path: Path, i: int, entry: Any, thresholds: Thresholds) -> Known
     if check not in limits:
         raise ThresholdsError(
             path, f"{prefix}.check",
-            f"{check!r} is not a limit of {family}/{dataset} in this file, so it is never evaluated"
+            f"{check!r} is not a limit of {family}/{dataset} in these limits, so it is never evaluated"
             f" (its limits: {', '.join(limits) or 'none'})",
         )
     return KnownLimitation(family, dataset, check, entry["reason"].strip())
 
 
-def _limitations(path: Path, value: Any, thresholds: Thresholds) -> dict[tuple[str, str, str], KnownLimitation]:
-    if not isinstance(value, list):
-        problem = f"expected an array of tables ([[known_limitations]]), got {_type_name(value)}"
-        raise ThresholdsError(path, "known_limitations", problem)
+def _limitations(entries: list[tuple[Path, int, Any]], thresholds: Thresholds) -> dict:
+    """Every (file, index, entry) as a KnownLimitation; a duplicate (in any of the files) is an error."""
     out: dict[tuple[str, str, str], KnownLimitation] = {}
-    first: dict[tuple[str, str, str], int] = {}
-    for i, entry in enumerate(value):
+    first: dict[tuple[str, str, str], tuple[Path, int]] = {}
+    for path, i, entry in entries:
         lim = _limitation(path, i, entry, thresholds)
         key = (lim.family, lim.dataset, lim.check)
         if key in out:
-            raise ThresholdsError(
-                path, f"known_limitations[{i}]",
-                f"duplicate of known_limitations[{first[key]}] ({lim.family}/{lim.dataset} {lim.check})",
-            )
-        out[key], first[key] = lim, i
+            where, j = first[key]
+            other = f"known_limitations[{j}]" if where == path else f"{where.name}: known_limitations[{j}]"
+            raise ThresholdsError(path, f"known_limitations[{i}]",
+                                  f"duplicate of {other} ({lim.family}/{lim.dataset} {lim.check})")
+        out[key], first[key] = lim, (path, i)
     return out
+
+
+def _limitation_entries(path: Path, value: Any) -> list[tuple[Path, int, Any]]:
+    if not isinstance(value, list):
+        problem = f"expected an array of tables ([[known_limitations]]), got {_type_name(value)}"
+        raise ThresholdsError(path, "known_limitations", problem)
+    return [(path, i, entry) for i, entry in enumerate(value)]
 
 
 def _names(kind: str, names: Iterable[str]) -> frozenset[str]:
@@ -297,20 +334,63 @@ def _names(kind: str, names: Iterable[str]) -> frozenset[str]:
     return out
 
 
+def _applicable(families: Iterable[str] | Mapping[str, Iterable[str]]) -> dict[str, tuple[str, ...]]:
+    """family -> the checks that apply to it (every check when only names are given)."""
+    if isinstance(families, Mapping):
+        out = {}
+        for name, checks in families.items():
+            unknown = [c for c in checks if c not in CHECKS]
+            if unknown:
+                raise ValueError(f"family {name!r}: unknown checks {unknown} (known: {', '.join(CHECKS)})")
+            out[name] = tuple(c for c in CHECKS if c in set(checks))
+        _names("families", out)
+        return out
+    return {name: CHECKS for name in _names("families", families)}
+
+
+def _overlay(path: Path, known_families: Mapping[str, tuple[str, ...]], known_datasets: frozenset[str],
+             overrides: dict, defaults: dict) -> list[tuple[Path, int, Any]]:
+    """Merge one overlay's per-dataset overrides into ``overrides``; return its known limitations."""
+    data = _read(path)
+    for key in data:
+        if key not in OVERLAY_KEYS:
+            problem = _unknown("top-level key of an overlay", key, OVERLAY_KEYS)
+            raise ThresholdsError(path, key, problem + "; an overlay holds per-dataset overrides and known limitations")
+    _version(path, data)
+    for family, table in _table(path, "families", data.get("families", {})).items():
+        prefix = f"families.{family}"
+        if family not in known_families:
+            raise ThresholdsError(path, prefix, _unknown("family", family, known_families))
+        for key in _table(path, prefix, table):
+            if key != DATASETS_KEY:
+                raise ThresholdsError(path, f"{prefix}.{key}", "an overlay sets no family-wide limit, only "
+                                      f"[{prefix}.{DATASETS_KEY}.<dataset>] overrides")
+        added = _overrides(path, prefix, table.get(DATASETS_KEY, {}), known_datasets, known_families[family])
+        defaults.setdefault(family, {})
+        for dataset, limits in added.items():
+            overrides.setdefault(family, {}).setdefault(dataset, {}).update(limits)
+    return _limitation_entries(path, data.get("known_limitations", []))
+
+
 def load_thresholds(
     path: str | Path,
     *,
-    families: Iterable[str],
+    families: Iterable[str] | Mapping[str, Iterable[str]],
     datasets: Iterable[str],
     conditions: Iterable[str],
+    overlays: Iterable[str | Path] = (),
 ) -> Thresholds:
-    """Read and validate a limits file against the known family, dataset and condition names.
+    """Read and validate a limits file (and its overlays) against the known names.
 
-    Raises ThresholdsError (naming the file and the dotted key) on a syntax error, an unknown or
-    missing key, a value of the wrong type or range, or a known limitation that could never apply.
+    ``families`` is the known family names, or a mapping family -> the checks that apply to it (a
+    limit of another check is then an error). Each overlay (applied in order) may only add
+    per-dataset overrides and known limitations. Raises ThresholdsError (naming the file and the
+    dotted key) on a syntax error, an unknown or missing key, a value of the wrong type or range, a
+    check that does not apply, or a known limitation that could never apply.
     """
     path = Path(path)
-    known_families = _names("families", families)
+    applies = _applicable(families)
+    known_families = frozenset(applies)
     known_datasets = _names("datasets", datasets)
     known_conditions = _names("conditions", conditions)
     data = _read(path)
@@ -322,9 +402,13 @@ def load_thresholds(
     for family, table in _table(path, "families", data.get("families", {})).items():
         if family not in known_families:
             raise ThresholdsError(path, f"families.{family}", _unknown("family", family, known_families))
-        defaults[family], overrides[family] = _family(path, family, table, known_datasets)
+        defaults[family], overrides[family] = _family(path, family, table, known_datasets, applies[family])
+    entries = _limitation_entries(path, data.get("known_limitations", []))
+    overlay_paths = tuple(Path(p) for p in overlays)
+    for overlay in overlay_paths:
+        entries += _overlay(overlay, applies, known_datasets, overrides, defaults)
     thresholds = Thresholds(
         path, defaults, overrides, _invariance(path, data.get("invariance", {}), known_conditions), {},
-        known_families, known_datasets, known_conditions,
+        known_families, known_datasets, known_conditions, overlay_paths,
     )
-    return replace(thresholds, _limitations=_limitations(path, data.get("known_limitations", []), thresholds))
+    return replace(thresholds, _limitations=_limitations(entries, thresholds))

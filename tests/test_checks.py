@@ -15,7 +15,7 @@ DOWN = lambda x: math.nextafter(x, -math.inf)  # noqa: E731  the next float belo
 def cell(**changes):
     base = {
         "acc": 0.7, "acc_ci": [0.6, 0.8], "delta": -0.02, "delta_ci": [-0.06, 0.01], "flip": 0.1,
-        "ece": 0.2, "ece_ci": [0.15, 0.25], "asr": 0.3, "n_groups": 50,
+        "ece": 0.2, "ece_ci": [0.15, 0.25], "asr": 0.3, "chance": 0.25, "av": 0.05, "v": 0.1, "e_inv": 0.05, "pr_min": 0.9, "n_groups": 50,
     }
     base.update(changes)
     return base
@@ -98,7 +98,8 @@ def test_max_asr_boundary():
 @pytest.mark.parametrize(
     "check, metric",
     [("max_flip", "flip"), ("max_drop", "delta_ci"), ("max_drop", "delta"), ("min_gap", "delta"),
-     ("min_gap", "delta_ci"), ("min_acc", "acc"), ("max_ece", "ece"), ("max_asr", "asr")],
+     ("min_gap", "delta_ci"), ("min_acc", "acc"), ("max_ece", "ece"), ("max_asr", "asr"),
+     ("min_acc_over_chance", "acc"), ("min_acc_over_chance", "chance")],
 )
 def test_missing_metric_raises_naming_it(check, metric):
     c = cell()
@@ -117,6 +118,15 @@ def test_missing_metric_raises_naming_it(check, metric):
 )
 def test_nan_never_passes(check, changes):
     assert not one(check, 0.5, **changes).passed
+
+
+def test_min_acc_over_chance_is_the_margin_above_chance():
+    ok = one("min_acc_over_chance", 0.25, acc=0.5, chance=0.25)  # exactly at the limit passes
+    assert ok.passed and ok.value == pytest.approx(0.25) and ok.interval == pytest.approx((0.35, 0.55))
+    assert "accuracy 0.5 - chance 0.25 = 0.25 >= min_acc_over_chance 0.25" in ok.detail
+    yes_no = one("min_acc_over_chance", 0.25, acc=0.7, chance=0.5)  # 0.7 clears 0.5 on four options, not here
+    assert not yes_no.passed and yes_no.value == pytest.approx(0.2)
+    assert not one("min_acc_over_chance", 0.25, chance=math.nan).passed
 
 
 def test_every_check_in_order_and_nothing_else():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from laya_robustness.families import CORE_FAMILIES, build_variants, family_names, get_builder
+from laya_robustness.families import FLAT, build_variants, families_in, family_names, get_builder
 from laya_robustness.families import form, injection, options
 from laya_robustness.families.image_shuffle import donor_clusters
 from laya_robustness.rows import Row
@@ -67,9 +67,9 @@ def _same(a: Row, b: Row) -> bool:
 # --- registry and shared rules ---------------------------------------------------------------
 
 
-def test_registered_and_opt_in():
+def test_registered_outside_the_flat_block():
     assert set(EXTENSIONS) <= set(family_names())
-    assert not set(EXTENSIONS) & set(CORE_FAMILIES)
+    assert not set(EXTENSIONS) & {f.name for f in families_in(FLAT)}
     assert get_builder("option_set") is options.build_option_set
     assert get_builder("abstain") is options.build_abstain
     assert get_builder("form_choice") is form.build_form_choice

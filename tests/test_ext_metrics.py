@@ -1,4 +1,4 @@
-"""The options, form and injection blocks on hand-made prediction records with answers worked out by hand."""
+"""The options, form and injection blocks of the summary on hand-made prediction records with answers worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,24 @@ import math
 
 import pytest
 
-from laya_robustness.metrics.extensions import form_block, injection_block, options_block
+from laya_robustness.summary import summarize
+
+
+def block(records, name: str) -> dict:
+    """One block of the summary of ``records`` ({} when none of its families has a record)."""
+    return summarize(records, n_boot=10, n_boot_ece=10).get(name, {})
+
+
+def options_block(records):
+    return block(records, "options")
+
+
+def form_block(records):
+    return block(records, "form")
+
+
+def injection_block(records):
+    return block(records, "injection")
 
 
 def rec(group: str, family: str, variant: str, probs, label: int, *, primitive="choice", meta=None, logits=None,
@@ -62,20 +79,24 @@ OPTION_SET = [
 
 def test_option_set_by_hand():
     cell = options_block(OPTION_SET)["option_set"]["d"]
-    assert cell["n"] == 4 and list(cell["variants"]) == ["add_distractor", "drop_wrong"]
+    assert cell["n_rows"] == 4 and list(cell["variants"]) == ["add_distractor", "drop_wrong"]
     assert approx(cell["variants"]["add_distractor"]) == {
-        "n": 2, "acc": 0.5, "delta_acc": -0.5, "n_flip": 2, "flip_rate": 0.5,
+        "n_rows": 2, "acc": 0.5, "delta_acc": -0.5, "n_comparable": 2, "n_flipped": 1, "flip_rate": 0.5,
         "logit_diff_shift": (1 / 3 + 0) / 2, "distractor_pick_rate": 0.5,
     }
     assert approx(cell["variants"]["drop_wrong"]) == {
-        "n": 2, "acc": 0.5, "delta_acc": 0.0, "n_flip": 1, "flip_rate": 1.0, "logit_diff_shift": (2.5 + 2.0) / 2,
+        "n_rows": 2, "acc": 0.5, "delta_acc": 0.0, "n_comparable": 1, "n_flipped": 1, "flip_rate": 1.0,
+        "logit_diff_shift": (2.5 + 2.0) / 2,
     }
+    # the headline pools both variants: 2 flips over the 3 rows whose orig answer is still offered
+    assert cell["n_comparable"] == 3 and cell["flip"] == pytest.approx(2 / 3, abs=1e-6)
 
 
 def test_option_set_without_orig_rows_has_no_paired_numbers():
     cell = options_block([r for r in OPTION_SET if r["family"] != "orig"])["option_set"]["d"]
     dw = cell["variants"]["drop_wrong"]
-    assert dw["acc"] == 0.5 and dw["delta_acc"] is None and dw["flip_rate"] is None and dw["n_flip"] == 0
+    assert dw["acc"] == 0.5 and dw["delta_acc"] is None and dw["flip_rate"] is None and dw["n_comparable"] == 0
+    assert cell["flip"] is None and cell["n_comparable"] == 0
 
 
 def test_option_set_needs_its_meta():
@@ -98,12 +119,12 @@ def test_abstain_by_hand():
         for i, a in enumerate(argmaxes):
             recs.append(rec(f"g{i}", "abstain", variant, [0.25] * 4, label, meta=none, argmax=a))
     cell = options_block(recs)["abstain"]["d"]
-    assert cell["n"] == 12
+    assert cell["n_rows"] == 12
     assert approx(cell["variants"]["drop_gold"]) == {
-        "n": 4, "p_max_mean": (0.9 + 0.6 + 0.5 + 0.4) / 4, "p_max_above_0.5": 0.5, "p_max_above_0.8": 0.25,
+        "n_rows": 4, "p_max_mean": (0.9 + 0.6 + 0.5 + 0.4) / 4, "p_max_above_0.5": 0.5, "p_max_above_0.8": 0.25,
     }
-    assert cell["variants"]["add_none"] == {"n": 4, "none_pick_rate": 0.25}
-    assert cell["variants"]["add_none_shuffled"] == {"n": 4, "none_pick_rate": 0.75}
+    assert cell["variants"]["add_none"] == {"n_rows": 4, "none_pick_rate": 0.25}
+    assert cell["variants"]["add_none_shuffled"] == {"n_rows": 4, "none_pick_rate": 0.75}
     assert "option_set" not in options_block(recs)
 
 
@@ -129,9 +150,9 @@ def test_form_choice_by_hand():
     recs += _split("c4", [0.1, 0.7, 0.2], 0)  # disagrees; one yes
     recs += _split("c5", [0.9, 0.1], 0, k=3)  # incomplete: left out
     cell = form_block(recs)["form_choice"]["d"]
-    assert cell["n"] == 3 + 14
-    assert approx(cell["noul_to_choice"]) == {"n": 3, "mean_abs_delta_p_yes": 0.15, "argmax_agreement": 2 / 3}
-    assert cell["choice_to_noul"] == {"n": 4, "argmax_agreement": 0.75, "exactly_one_yes": 0.5}
+    assert cell["n_rows"] == 3 + 14
+    assert approx(cell["noul_to_choice"]) == {"n_paired": 3, "mean_abs_delta_p_yes": 0.15, "argmax_agreement": 2 / 3}
+    assert cell["choice_to_noul"] == {"n_groups": 4, "argmax_agreement": 0.75, "exactly_one_yes": 0.5}
 
 
 def test_form_choice_unknown_variant_is_an_error():
@@ -156,11 +177,11 @@ def test_negation_complement_sum_by_hand():
     cell = form_block(NEGATION)["negation"]["d"]
     overall = {k: v for k, v in cell.items() if k != "variants"}
     assert approx(overall) == {
-        "n": 4, "acc": 0.5, "complement_sum_mean": 1.05, "complement_sum_min": 0.7, "complement_sum_max": 1.5,
+        "n_rows": 4, "acc": 0.5, "complement_sum_mean": 1.05, "complement_sum_min": 0.7, "complement_sum_max": 1.5,
         "complement_outside": 0.5, "not_opposite_rate": 0.5,
     }
     assert approx(cell["variants"]["neg_decide"]) == {
-        "n": 2, "acc": 0.5, "complement_sum_mean": 1.275, "complement_sum_min": 1.05, "complement_sum_max": 1.5,
+        "n_rows": 2, "acc": 0.5, "complement_sum_mean": 1.275, "complement_sum_min": 1.05, "complement_sum_max": 1.5,
         "complement_outside": 0.5, "not_opposite_rate": 0.5,
     }
     assert cell["variants"]["neg_false"]["complement_sum_mean"] == pytest.approx(0.825)
@@ -191,13 +212,15 @@ INJECTION = [
 def test_attack_success_rate_by_hand():
     cell = injection_block(INJECTION)["inject_text"]["d"]
     assert approx(cell["variants"]["blunt"]) == {
-        "n": 4, "acc": 0.25, "delta_acc": -0.5, "n_attackable": 3, "asr": 2 / 3, "delta_p_target": 0.25,
+        "n_rows": 4, "acc": 0.25, "delta_acc": -0.5, "n_attackable": 3, "asr": 2 / 3, "delta_p_target": 0.25,
     }
     assert approx(cell["variants"]["authority"]) == {
-        "n": 1, "acc": 1.0, "delta_acc": 0.0, "n_attackable": 1, "asr": 0.0, "delta_p_target": 0.0,
+        "n_rows": 1, "acc": 1.0, "delta_acc": 0.0, "n_attackable": 1, "asr": 0.0, "delta_p_target": 0.0,
     }
     # family level, group-weighted: g1 (0 + 1) / 2, g2 1, g3 0, g4 0 -> 0.375; orig 0.75 on the same groups
-    assert approx({k: cell[k] for k in ("n", "acc", "delta_acc")}) == {"n": 5, "acc": 0.375, "delta_acc": -0.375}
+    assert approx({k: cell[k] for k in ("n_rows", "acc", "delta_acc")}) == {"n_rows": 5, "acc": 0.375, "delta_acc": -0.375}
+    # the headline ASR pools the variants: 2 pulled of the 4 attackable rows
+    assert cell["n_attackable"] == 4 and cell["asr"] == pytest.approx(0.5)
     assert "inject_image" not in injection_block(INJECTION)
 
 

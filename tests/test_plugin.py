@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
+# Likewise the dual encoders some tests build (their modules register torch operators on import).
+from test_dual import _build as build_dual_encoder
+from transformers import CLIPModel, CLIPProcessor, SiglipModel, SiglipProcessor  # noqa: F401
+from transformers.models.clip import image_processing_pil_clip  # noqa: F401
+from transformers.models.siglip import image_processing_pil_siglip  # noqa: F401
 
 from laya_robustness.fixture_rows import generate_rows, write_manifest
 
@@ -67,13 +72,15 @@ def test_markers_are_registered(gate):
 
 
 def test_gate_passes_writes_reports_and_prints_the_table(gate):
-    result = run(gate, "--families", "option_order,image_shuffle")
-    # 12 family modules x 2 sets x (cpu, gpu): 24 gpu skips, 18 cpu skips for families not selected
-    result.assert_outcomes(passed=6, skipped=42)
+    result = run(gate, "--families", "option_order,image_shuffle", "-rs")
+    # 12 question-family modules x 2 sets x (cpu, gpu): 24 gpu skips, 18 cpu skips for families not selected;
+    # 3 lgip modules x (cpu, gpu) skip: the fake model is no dual encoder and none is given
+    result.assert_outcomes(passed=6, skipped=48)
     result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
-                                 "colour_choice*[[]ok[]]*", "*CUDA is not available*"] if False else
-                                ["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
                                  "colour_choice*[[]ok[]]*"])
+    result.stdout.fnmatch_lines(["*short test summary info*", "SKIPPED*CUDA is not available*"])
+    result.stdout.fnmatch_lines(["SKIPPED*text is not in --families (option_order,image_shuffle)*"])
+    result.stdout.fnmatch_lines(["SKIPPED*no caption rows to probe*give a dual encoder*"])
     summary = json.loads((gate.path / "reports" / "summary.json").read_text())
     assert set(summary["families"]) == {"orig", "option_order", "image_shuffle"}
     assert summary["meta"]["model"]["model"] == "fake-model"
@@ -82,14 +89,15 @@ def test_gate_passes_writes_reports_and_prints_the_table(gate):
 
 def test_gpu_tests_skip_with_a_reason_naming_cuda(gate):
     result = run(gate, "-m", "gpu", "-rs", "--families", "option_order")
-    result.assert_outcomes(skipped=24)  # 12 family modules x 2 sets, each gpu item
+    result.assert_outcomes(skipped=27)  # 12 question-family modules x 2 sets and 3 lgip modules, each gpu item
     result.stdout.fnmatch_lines(["*CUDA is not available*"])
 
 
 def test_k_selects_one_family(gate):
-    result = run(gate, "-k", "test_option_order and not gpu")
+    result = run(gate, "-k", "test_option_order and not gpu", "-v")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*test_option_order*colour_choice-cpu*PASSED*"] if False else ["*2 passed*"])
+    result.stdout.fnmatch_lines(["*test_option_order*colour_choice-cpu*PASSED*"])
+    result.stdout.fnmatch_lines(["*test_option_order*exists_yesno-cpu*PASSED*"])
 
 
 def test_a_crossed_limit_fails_with_a_readable_message(gate):
@@ -144,6 +152,126 @@ def test_a_model_that_cannot_load_is_a_harness_error_not_a_gate_failure(gate):
     result.stdout.fnmatch_lines(["*harness error (not a gate failure)*no checkpoint at fake-model*"])
 
 
+@pytest.mark.parametrize("args, words", [
+    (("--seed", "abc"), "--seed: 'abc' is not an integer"),
+    (("--rows-per-set", "-1"), "--rows-per-set: -1 is below 0"),
+    (("--batch-size", "0"), "--batch-size: 0 is below 1"),
+    (("--temperatures", "choice=0"), "--temperatures: the temperature of choice must be a finite number > 0"),
+    (("--temperatures", "choise=2"), "--temperatures: unknown primitive 'choise'"),
+    (("--families", "optoin_order"), "--families: unknown family 'optoin_order'; did you mean option_order?"),
+    (("--device", "gpu0"), "--device: 'gpu0' is not cpu, cuda, cuda:<n> or mps"),
+    (("--scoring-path", "fast"), "--scoring-path: 'fast' is not one of batch, predict"),
+    (("--scorer", "not a plugin"), "--scorer: 'not a plugin' is neither 'hf' nor 'module:function'"),
+])
+def test_a_bad_option_is_a_usage_error_naming_it(gate, args, words):
+    result = run(gate, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{words}*"])
+
+
+def test_a_crash_while_scoring_is_a_harness_error_naming_the_rows_and_model(gate):
+    result = run(gate, "--scorer", "fakes:crashing", "--families", "option_order", "-k", "option_order and not gpu")
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    result.stdout.fnmatch_lines(["*harness error (not a gate failure)*scoring orig/colour_choice on cpu with model "
+                                 "'fake-model' failed: IndexError: tuple index out of range*"])
+    result.stdout.fnmatch_lines(["*HARNESS ERROR*"])
+    assert "max_flip FAILED" not in result.stdout.str()
+
+
+THROWAWAY_FAMILY = """
+from laya_robustness.families import Family, declare
+
+
+def build(rows, seed):
+    return [row.derive("grayscale", "gray", images=tuple(i.convert("L").convert("RGB") for i in row.images))
+            for row in rows if row.images]
+
+
+declare(Family(name="grayscale", build=build, summary="the image in grayscale", variants=("gray",),
+               checks=("max_flip", "max_drop"), title="grayscale", short="gray"))
+"""
+THROWAWAY_TEST = """
+import pytest
+
+pytestmark = pytest.mark.grayscale
+
+
+def test_grayscale(robustness, dataset, device):
+    robustness.check_family("grayscale", dataset, device)
+"""
+
+
+def test_a_family_declared_in_one_module_runs_end_to_end(gate):
+    (gate.path / "throwaway_family.py").write_text(THROWAWAY_FAMILY)
+    (gate.path / "robustness_tests" / "test_grayscale.py").write_text(THROWAWAY_TEST)
+    (gate.path / "limits.toml").write_text(PASSING_LIMITS + "[families.grayscale]\nmax_flip = 0.9\n")
+    result = run(gate, "-p", "throwaway_family", "--families", "grayscale", "-k", "grayscale and not gpu",
+                 "--markers", subprocess=True)
+    result.stdout.fnmatch_lines(["@pytest.mark.grayscale: the grayscale family (the image in grayscale)*"])
+    result = run(gate, "-p", "throwaway_family", "--families", "grayscale", "-k", "grayscale and not gpu",
+                 subprocess=True)
+    result.assert_outcomes(passed=3)  # its gate test on both sets, and the benchmark of its builder
+    result.stdout.fnmatch_lines(["*test_variant_build_time[[]grayscale[]]*"])
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    cell = summary["families"]["grayscale"]["colour_choice"]
+    assert set(cell["variants"]) == {"gray"} and cell["flip"] is not None
+    (gate.path / "limits.toml").write_text(PASSING_LIMITS + "[families.grayscale]\nmax_asr = 0.9\n")
+    result = run(gate, "-p", "throwaway_family", "--families", "grayscale", subprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*check 'max_asr' does not apply to family 'grayscale'*"])
+
+
+def test_the_gate_runs_on_a_vlmevalkit_tsv_with_the_shipped_limits(gate):
+    import base64
+    import io
+
+    rows = generate_rows("colour_choice", 12, seed=7)
+    lines = ["index\timage\tquestion\thint\tA\tB\tC\tD\tanswer\tcategory"]
+    for i, r in enumerate(rows):
+        buffer = io.BytesIO()
+        r.images[0].save(buffer, format="PNG")
+        cells = [str(i), base64.b64encode(buffer.getvalue()).decode(), r.question, "", *r.options,
+                 "ABCD"[r.label], "colour"]
+        lines.append("\t".join(cells))
+    (gate.path / "my_photos.tsv").write_text("\n".join(lines) + "\n")
+    shutil.copy(ROOT / "thresholds.toml", gate.path / "thresholds.toml")
+    result = run(gate, "--data", "my_photos.tsv", "--thresholds", "thresholds.toml", "-k", "not gpu", "-rs")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    assert summary["families"]["orig"]["my_photos"]["n_rows"] == 12
+    result.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.m*.d*.s0.n0.all)*"
+                                 "--snapshot-update*"])
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_a_dual_encoder_model_is_probed_not_asked(gate, tmp_path, kind):
+    model = build_dual_encoder(kind, tmp_path / kind)
+    shutil.copy(ROOT / "thresholds.toml", gate.path / "thresholds.toml")
+    result = run(gate, "--scorer", "hf", "--model", str(model), "--captions", str(ROOT / "laya_fixtures" / "captions"),
+                 "--thresholds", "thresholds.toml", "-k", "(lgip or invariance or option_order) and not gpu", "-rs",
+                 subprocess=True)
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) >= 3 + 6  # three lgip families, six conditions
+    result.stdout.fnmatch_lines(["*is a dual encoder: it answers no questions, so option_order does not apply*"])
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    assert set(summary["lgip"]) == {"lgip_paraphrase", "lgip_flip", "lgip_combined"}
+    assert summary["meta"]["model"]["dual"]["kind"] == kind
+
+
+def test_the_gate_runs_on_a_parquet_file_with_an_image_column(gate):
+    from laya_robustness.loaders.export import export_parquet
+
+    (written,) = [p for p in export_parquet(gate.path / "rows", gate.path / "parquet") if p.stem == "colour_choice"]
+    shutil.copy(ROOT / "thresholds.toml", gate.path / "thresholds.toml")
+    result = run(gate, "--data", str(written), "--thresholds", "thresholds.toml", "--families", "option_order",
+                 "-k", "(orig or option_order) and not gpu")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    cell = summary["families"]["option_order"]["colour_choice"]
+    assert summary["families"]["orig"]["colour_choice"]["n_rows"] == 24 and cell["circular_acc"] is not None
+
+
 def test_xdist_merge_equals_a_single_process_run(gate):
     single = run(gate, "--report-dir", "single", subprocess=True)
     assert single.ret == 0, single.stdout.str()
@@ -177,9 +305,10 @@ def test_a_batch_dependent_scorer_fails_invariance_naming_the_row(gate):
     (gate.path / "limits.toml").write_text(INVARIANCE_LIMITS)
     args = ("-m", "invariance and not gpu", "-k", "batched or repeat_batch", "--invariance-rows", "3")
     result = run(gate, *args)
-    result.assert_outcomes(passed=2, skipped=1)  # batched, repeat_batch; batched_reversed has no limit
+    # batched, repeat_batch; batched_reversed has no limit; the three dual conditions have no dual encoder
+    result.assert_outcomes(passed=2, skipped=4)
     result = run(gate, "--scorer", "fakes:neighbour_dependent", *args)
-    result.assert_outcomes(failed=1, passed=1, skipped=1)
+    result.assert_outcomes(failed=1, passed=1, skipped=4)
     result.stdout.fnmatch_lines(["*invariance/batched: max_abs_dlogit FAILED*", "*colour_choice/0000*: answer*"])
     report = json.loads((gate.path / "reports" / "invariance.json").read_text())
     assert report["conditions"]["batched"]["max_abs_dlogit"] > 1e-4
@@ -187,7 +316,7 @@ def test_a_batch_dependent_scorer_fails_invariance_naming_the_row(gate):
 
 
 def test_offline_summary_equals_the_online_one(gate):
-    from laya_robustness.summary import run_cli
+    from laya_robustness.__main__ import summarize_file as run_cli
 
     result = run(gate, "--families", "option_order,text,image_shuffle,text_only")
     assert result.ret == 0, result.stdout.str()

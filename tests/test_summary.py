@@ -1,24 +1,21 @@
 """summarize on a hand-computed case, its invariance to record order, the extension and floor blocks,
-format_table and run_cli."""
+format_table and the summarize command."""
 
 import json
 
 import pytest
 
+from laya_robustness.__main__ import summarize_file as run_cli
+from laya_robustness.families import get_family
+from laya_robustness.metrics import rounded
+from laya_robustness.metrics.accuracy import orig_by_group
 from laya_robustness.metrics.calibration import ece
-from laya_robustness.metrics.extensions import form_block, injection_block, options_block
 from laya_robustness.metrics.floor import floor_block
+from laya_robustness.metrics.headline import headline_values
 from laya_robustness.predictions import write_predictions
 from laya_robustness.rng import keyed_rng
-from laya_robustness.summary import (
-    EXTENSION_BLOCKS,
-    format_floor_table,
-    format_injection_table,
-    format_table,
-    run_cli,
-    summarize,
-    summary_cell,
-)
+from laya_robustness.summary import block_of, summarize, summary_cell
+from laya_robustness.tables import format_floor_table, format_injection_table, format_table
 
 CLUSTERS = {"g1": "c1", "g2": "c1", "g3": "c2", "g4": "c3"}
 ORIG = {"g1": (1, 1), "g2": (0, 0), "g3": (1, 0), "g4": (1, 1)}  # group: (label, argmax); acc 3/4
@@ -201,19 +198,22 @@ def test_extension_families_are_kept_out_of_the_core_table(summary, ext_summary)
 def test_extension_blocks_hold_their_families(ext_summary):
     assert sorted(ext_summary["injection"]) == ["inject_image", "inject_text"]
     assert sorted(ext_summary["form"]) == ["negation"] and sorted(ext_summary["options"]) == ["abstain"]
-    assert {EXTENSION_BLOCKS[f] for f in ("inject_text", "negation", "abstain")} == {"injection", "form", "options"}
+    assert {block_of(f) for f in ("inject_text", "negation", "abstain")} == {"injection", "form", "options"}
     records = build("vsr") + extension_records("vsr")
-    assert ext_summary["form"] == form_block(records)
+    orig = orig_by_group(r for r in records if r["family"] == "orig")
+    for block in ("options", "form", "injection"):
+        for family, by_dataset in ext_summary[block].items():
+            declaration = get_family(family)
+            for dataset, cell in by_dataset.items():
+                rows = sorted((r for r in records if r["family"] == family and r["dataset"] == dataset),
+                              key=lambda r: (r["group_id"], r["variant"], r["row_id"]))
+                boot = {"seed": 0, "n_boot": 300, "n_boot_ece": 100}
+                expected = {**headline_values(declaration.headline, rows, orig), **declaration.cell(rows, orig, boot)}
+                assert cell == rounded(expected)
     abstain = ext_summary["options"]["abstain"]["vsr"]
-    assert {k: v for k, v in abstain.items() if k != "acc"} == options_block(records)["abstain"]["vsr"]
     # headline acc: group-weighted over the family's rows; here one add_none row per group, 1 of 4 right
     assert abstain["acc"] == 0.25 and abstain["variants"]["add_none"]["none_pick_rate"] == 0.25
     assert ext_summary["form"]["negation"]["vsr"]["not_opposite_rate"] == 0.0  # every answer flipped
-    expected = injection_block(records)
-    for family, by_dataset in ext_summary["injection"].items():
-        for dataset, cell in by_dataset.items():
-            headline = ("asr", "n_attackable")
-            assert {k: v for k, v in cell.items() if k not in headline} == expected[family][dataset]
 
 
 def test_injection_cells_have_the_pooled_asr(ext_summary):
@@ -252,7 +252,7 @@ def test_format_injection_table(ext_summary):
     assert "text ASR (blunt / authority / context)" in lines[0]
     assert len(lines) == 2 and lines[1].startswith("vsr ")  # mapqa has no injection rows
     image, text = ext_summary["injection"]["inject_image"]["vsr"], ext_summary["injection"]["inject_text"]["vsr"]
-    expected = ["vsr", "0.750", f"{image['acc']:.3f}", "0.25 / 1.00", f"{text['acc']:.3f}", "0.67 / 0.50 / -"]
+    expected = ["vsr", "0.750", f"{text['acc']:.3f}", "0.67 / 0.50 / -", f"{image['acc']:.3f}", "0.25 / 1.00"]
     assert [c.strip() for c in lines[1].split("  ") if c.strip()] == expected
     assert format_injection_table({"families": {}}) == "no injection families"
 

@@ -127,19 +127,83 @@ def test_known_limitation_lookup(tmp_path):
     assert t.known_limitation("image_shuffle", "left_of_yesno", "max_flip") is None
 
 
-def test_repo_thresholds_file_is_valid_for_the_embedded_default():
-    from laya_robustness.families import family_names
-    from laya_robustness.fixture_rows import SET_NAMES
+def _declared_checks():
+    from laya_robustness.families import declared
+
+    return {f.name: f.checks for f in declared()}
+
+
+def test_repo_thresholds_file_holds_release_limits_for_any_data():
     from laya_robustness.pytest_plugin.session import INVARIANCE_CONDITIONS
 
     path = Path(__file__).resolve().parents[1] / "thresholds.toml"
-    t = load_thresholds(path, families=("orig", *family_names()), datasets=SET_NAMES,
-                        conditions=INVARIANCE_CONDITIONS)
+    t = load_thresholds(path, families=_declared_checks(), datasets=["my_photos"], conditions=INVARIANCE_CONDITIONS)
     assert {"orig", "option_order", "text", "image", "image_shuffle", "text_only"} <= set(t.families)
-    assert t.limits_for("orig", "exists_yesno")["min_acc"] == 0.75 and t.limits_for("orig", "count_choice")["min_acc"] == 0.5
+    assert t.limits_for("orig", "my_photos") == {"min_acc_over_chance": 0.25}
     assert t.invariance_limits("repeat_batch") == {"bitwise": True}
+    settings = [line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert t.known_limitations == () and not any("datasets" in line for line in settings)
+
+
+def test_fixture_overlay_declares_the_embedded_defaults_misses():
+    from laya_robustness.fixture_rows import SET_NAMES
+    from laya_robustness.pytest_plugin.session import INVARIANCE_CONDITIONS
+
+    root = Path(__file__).resolve().parents[1]
+    t = load_thresholds(root / "thresholds.toml", families=_declared_checks(), datasets=SET_NAMES,
+                        conditions=INVARIANCE_CONDITIONS, overlays=[root / "laya_fixtures" / "limitations.toml"])
+    assert t.overlays == (root / "laya_fixtures" / "limitations.toml",)
     assert t.known_limitations and all(len(k.reason) > 20 for k in t.known_limitations)
     assert t.known_limitation("image_shuffle", "left_of_yesno", "min_gap") is not None
+    assert t.known_limitation("orig", "exists_yesno", "min_acc_over_chance") is not None
+
+
+OVERLAY = """version = 1
+[families.text.datasets.vsr]
+max_flip = 0.3
+[[known_limitations]]
+family = "text"
+dataset = "vsr"
+check = "max_flip"
+reason = "a reason long enough"
+"""
+
+
+def test_an_overlay_adds_overrides_and_limitations(tmp_path):
+    base = write(tmp_path, "version = 1\n[families.text]\nmax_flip = 0.1\nmax_drop = 0.05\n")
+    overlay = write(tmp_path, OVERLAY, "overlay.toml")
+    t = load_thresholds(base, families=FAMILIES, datasets=["vsr", "ai2d"], conditions=[], overlays=[overlay])
+    assert t.limits_for("text", "vsr") == {"max_flip": 0.3, "max_drop": 0.05}
+    assert t.limits_for("text", "ai2d") == {"max_flip": 0.1, "max_drop": 0.05}
+    assert t.known_limitation("text", "vsr", "max_flip").reason == "a reason long enough"
+    bare = load_thresholds(base, families=FAMILIES, datasets=["vsr"], conditions=[])
+    assert bare.limits_for("text", "vsr") == {"max_flip": 0.1, "max_drop": 0.05} and not bare.known_limitations
+
+
+@pytest.mark.parametrize(
+    "text, key, words",
+    [
+        ("version = 1\n[families.text]\nmax_flip = 0.2\n", "families.text.max_flip", ["no family-wide limit"]),
+        ("version = 1\n[invariance.repeat]\nbitwise = true\n", "invariance", ["overlay", "known limitations"]),
+        ("version = 1\n[families.text.datasets.mars]\nmax_flip = 0.2\n", "families.text.datasets.mars",
+         ["unknown dataset"]),
+        (OVERLAY + OVERLAY.split("\n", 3)[3], "known_limitations[1]", ["duplicate of known_limitations[0]"]),
+    ],
+)
+def test_overlay_errors(tmp_path, text, key, words):
+    base = write(tmp_path, "version = 1\n[families.text]\nmax_flip = 0.1\n")
+    overlay = write(tmp_path, text, "overlay.toml")
+    with pytest.raises(ThresholdsError) as info:
+        load_thresholds(base, families=FAMILIES, datasets=["vsr"], conditions=["repeat"], overlays=[overlay])
+    assert info.value.path == str(overlay) and info.value.key == key
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_a_check_that_does_not_apply_to_the_family_is_an_error(tmp_path):
+    path = write(tmp_path, "version = 1\n[families.text]\nmax_asr = 0.2\n")
+    with pytest.raises(ThresholdsError, match="check 'max_asr' does not apply to family 'text'.*max_flip"):
+        load_thresholds(path, families={"text": ("max_flip", "max_drop")}, datasets=[], conditions=[])
 
 
 def test_a_file_with_only_the_version_is_valid(tmp_path):

@@ -1,51 +1,180 @@
-"""The registry of perturbation families: each builder is pure, ``(rows, seed) -> variant rows``."""
+"""The family registry: each perturbation family is declared once, and everything else derives from it.
+
+A :class:`Family` carries its name, its pure builder ``(rows, seed) -> variant rows``, the summary
+block it is reported in, the variants it writes and the ``meta`` keys each of them writes, its
+headline metrics (the numbers its limits read), the checks that may be set on it, and how the
+tables show it. The summary, the thresholds validation, the pytest markers, the terminal table and
+the README's family table all read these declarations; adding a family means one module that
+declares it (a module of this package, or of another package named by a ``laya_robustness.families``
+entry point), its gate test, its limits and its docs.
+"""
 
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
+from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline
+from laya_robustness.records import ORIG
 from laya_robustness.rows import Row
 
 Builder = Callable[[Sequence[Row], int], list[Row]]
+#: The block metrics of one (family, dataset) cell: (its records, the orig record of each group, the
+#: bootstrap settings {"seed", "n_boot", "n_boot_ece"}) -> dict.
+CellMetrics = Callable[[Sequence[Any], Mapping[Any, Any], Mapping[str, int]], dict]
 
-_REGISTRY: dict[str, Builder] = {}
+#: The summary block of the unperturbed rows and the meaning-preserving families: the flat table.
+FLAT = "families"
+#: What each kind of family is, for docs and tables.
+KINDS = {
+    "orig": "the unperturbed rows",
+    "invariance": "meaning-preserving: the answer should not change",
+    "control": "a control: accuracy should fall (the model uses the image)",
+    "options": "the option set changes",
+    "form": "the question form changes",
+    "adversarial": "an attack pulls toward a wrong answer",
+    "probe": "a caption probe of a dual encoder",
+}
+#: Where a family's source rows come from: the question rows (``--data``) or the caption rows (``--captions``).
+SOURCES = ("rows", "captions")
+#: What a meaning-preserving family changes, for the stability analyses (the paper's V, P and L).
+MODALITIES = ("visual", "phrasing", "language")
 
-#: The reference's five families, in its order: the flat accuracy / flip table.
-CORE_FAMILIES = ("option_order", "text", "image", "image_shuffle", "text_only")
-#: The extension families: each summarised in its own block of summary.json.
-EXTENSION_FAMILIES = ("option_set", "abstain", "form_choice", "negation", "inject_text", "inject_image")
-#: What the gate scores by default (``--families``).
-DEFAULT_FAMILIES = CORE_FAMILIES + EXTENSION_FAMILIES
+
+@dataclass(frozen=True)
+class Family:
+    """One perturbation family, declared once (see the module doc).
+
+    ``source`` says which rows it is built from (SOURCES). ``variants`` lists the variant names in table order; a name ending in ``*`` is a prefix
+    (``as_noul_*``). ``modality`` says what a meaning-preserving family changes (one of MODALITIES:
+    the image, the phrasing or the language of the question), or None. ``meta_keys`` maps a variant name (or pattern) to the ``meta`` keys every
+    row of that variant writes; ``"*"`` applies to all of them. ``table`` is the statistics the
+    flat table shows (flat families only); ``title`` / ``short`` are its column headers. A flat family's
+    ``cell``, when it has one, adds its own numbers to the flat cell.
+    """
+
+    name: str
+    build: Builder
+    summary: str
+    kind: str = "invariance"
+    block: str = FLAT
+    variants: tuple[str, ...] = ()
+    meta_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    headline: tuple[Headline, ...] = (ACC, DELTA, FLIP)
+    checks: tuple[str, ...] = ("max_flip", "max_drop")
+    cell: CellMetrics | None = None
+    title: str = ""
+    short: str = ""
+    table: tuple[str, ...] = ("acc", "delta", "flip")
+    variant_labels: Mapping[str, str] = field(default_factory=dict)
+    default: bool = True
+    modality: str | None = None
+    source: str = "rows"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"family {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.source not in SOURCES:
+            raise ValueError(f"family {self.name!r}: source {self.source!r} is not one of {', '.join(SOURCES)}")
+        if self.modality is not None and self.modality not in MODALITIES:
+            raise ValueError(f"family {self.name!r}: modality {self.modality!r} is not one of {', '.join(MODALITIES)}")
+        if self.block != FLAT and self.cell is None:
+            raise ValueError(f"family {self.name!r}: a family outside the flat block needs its block metrics (cell)")
+
+    @property
+    def headline_keys(self) -> tuple[str, ...]:
+        return tuple(h.key for h in self.headline)
+
+    def knows_variant(self, variant: str) -> bool:
+        """Whether ``variant`` is one of the declared names (or matches a ``prefix*`` pattern)."""
+        return any(variant == v or v.endswith("*") and variant.startswith(v[:-1]) for v in self.variants)
+
+    def meta_keys_of(self, variant: str) -> tuple[str, ...]:
+        """The meta keys a row of ``variant`` must carry."""
+        keys = list(self.meta_keys.get("*", ()))
+        for pattern, names in self.meta_keys.items():
+            if pattern != "*" and (variant == pattern or pattern.endswith("*") and variant.startswith(pattern[:-1])):
+                keys += names
+        return tuple(keys)
+
+    def check_variant(self, row: Row) -> None:
+        """Raise ValueError when a built row breaks the declaration (unknown variant, missing meta key)."""
+        if row.family != self.name:
+            raise ValueError(f"{self.name}: built a row of family {row.family!r} ({row.row_id})")
+        if self.variants and not self.knows_variant(row.variant):
+            raise ValueError(f"{self.name}: built undeclared variant {row.variant!r} ({row.row_id}); "
+                             f"declared: {', '.join(self.variants)}")
+        missing = [k for k in self.meta_keys_of(row.variant) if k not in row.meta]
+        if missing:
+            raise ValueError(f"{self.name}: {row.row_id} lacks declared meta key(s) {', '.join(missing)}")
 
 
-def register(name: str) -> Callable[[Builder], Builder]:
-    """Decorator that adds a builder to the registry under ``name``."""
+_REGISTRY: dict[str, Family] = {}
+#: The built-in family modules in the order of the reference's tables; any other module of this package
+#: is imported after them (alphabetically), then the modules named by the ``laya_robustness.families``
+#: entry points of installed packages. Each declares its families on import.
+_MODULES = ("orig", "option_order", "text", "image", "image_shuffle", "text_only", "options", "form", "injection")
+ENTRY_POINT_GROUP = "laya_robustness.families"
+_loaded = False
 
-    def add(builder: Builder) -> Builder:
-        if name in _REGISTRY:
-            raise ValueError(f"family {name!r} is registered twice")
-        _REGISTRY[name] = builder
-        return builder
 
-    return add
+def declare(family: Family) -> Family:
+    """Add a declaration to the registry (a family module calls this once at import)."""
+    if family.name in _REGISTRY:
+        raise ValueError(f"family {family.name!r} is declared twice")
+    _REGISTRY[family.name] = family
+    return family
 
 
 def _load_builtin() -> None:
-    # Importing the modules registers their builders.
-    from laya_robustness.families import option_order  # noqa: F401
-    from laya_robustness.families import image, image_shuffle, text, text_only  # noqa: F401
-    from laya_robustness.families import form, injection, options  # noqa: F401
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    import pkgutil
+    from importlib.metadata import entry_points
+
+    others = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in _MODULES)
+    for module in (*_MODULES, *others):
+        importlib.import_module(f"{__name__}.{module}")
+    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        entry.load()
+
+
+def declared() -> tuple[Family, ...]:
+    """Every declared family in declaration order (orig first)."""
+    _load_builtin()
+    return tuple(_REGISTRY.values())
 
 
 def family_names() -> tuple[str, ...]:
-    """Every registered family name, sorted."""
-    _load_builtin()
-    return tuple(sorted(_REGISTRY))
+    """Every family name except orig, sorted."""
+    return tuple(sorted(f.name for f in declared() if f.name != ORIG))
 
 
-def get_builder(name: str) -> Builder:
-    """The builder registered as ``name``; an unknown name raises with the closest known names."""
+def default_families() -> tuple[str, ...]:
+    """What the gate scores by default (``--families``), in declaration order."""
+    return tuple(f.name for f in declared() if f.name != ORIG and f.default)
+
+
+def families_in(block: str) -> tuple[Family, ...]:
+    """The declared families summarised in ``block``, in declaration order."""
+    return tuple(f for f in declared() if f.block == block)
+
+
+def blocks() -> tuple[str, ...]:
+    """Every summary block, the flat one first."""
+    out: list[str] = []
+    for f in declared():
+        if f.block not in out:
+            out.append(f.block)
+    return tuple(out)
+
+
+def get_family(name: str) -> Family:
+    """The declaration of ``name``; an unknown name raises KeyError with the closest known names."""
     _load_builtin()
     try:
         return _REGISTRY[name]
@@ -55,6 +184,15 @@ def get_builder(name: str) -> Builder:
         raise KeyError(f"unknown family {name!r}{hint} (known: {', '.join(sorted(_REGISTRY))})") from None
 
 
+def get_builder(name: str) -> Builder:
+    """The builder of family ``name`` (unknown names raise as in :func:`get_family`)."""
+    return get_family(name).build
+
+
 def build_variants(name: str, rows: Sequence[Row], seed: int) -> list[Row]:
-    """The variant rows of family ``name`` for ``rows`` (the unperturbed rows are family ``orig``)."""
-    return get_builder(name)(rows, seed)
+    """The rows family ``name`` scores for ``rows``, each checked against the declaration."""
+    family = get_family(name)
+    out = family.build(rows, seed)
+    for row in out:
+        family.check_variant(row)
+    return out

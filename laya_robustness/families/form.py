@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
 from laya_robustness.families.text import is_plain_word, strip_end
+from laya_robustness.metrics.extensions import form_choice_cell, negation_cell
+from laya_robustness.metrics.headline import ACC
 from laya_robustness.rows import Row
 
 FORM_CHOICE = "form_choice"
@@ -59,7 +61,6 @@ def _as_noul(row: Row) -> list[Row]:
     ]
 
 
-@register(FORM_CHOICE)
 def build_form_choice(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every noul row as a no/yes choice row and every choice row as one noul row per option."""
     out: list[Row] = []
@@ -86,7 +87,6 @@ def _negated(row: Row, variant: str, question: str) -> Row:
     return row.derive(NEGATION, variant, question=question, label=1 - row.label, display_order=None, meta=meta)
 
 
-@register(NEGATION)
 def build_negation(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every noul row under the two negated frames, its label flipped."""
     out = []
@@ -96,3 +96,16 @@ def build_negation(rows: Sequence[Row], seed: int) -> list[Row]:
             out.append(_negated(row, "neg_decide", DECIDE_NO + row.question.strip()))
             out.append(_negated(row, "neg_false", false_q))
     return out
+
+
+declare(Family(
+    name=FORM_CHOICE, build=build_form_choice, kind="form", block="form", variants=("as_choice", "as_noul_*"),
+    meta_keys={"as_noul_*": ("source_option", "k")}, headline=(ACC,), checks=("min_acc",), cell=form_choice_cell,
+    summary="the judgment in the other primitive (yes/no as a choice; a choice as k yes/no rows)",
+    title="question form",
+))
+declare(Family(
+    name=NEGATION, build=build_negation, kind="form", block="form", variants=("neg_decide", "neg_false"),
+    meta_keys={"*": ("negated",)}, headline=(ACC,), checks=("min_acc",), cell=negation_cell,
+    summary="a negated yes/no frame with the label flipped", title="negation",
+))

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from PIL import Image, ImageEnhance
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -96,7 +96,14 @@ def _variant(row: Row, name: str, params: Mapping[str, Any], seed: int) -> Row:
     return row.derive(FAMILY, name, images=tuple(images), meta={**row.meta, "image_op": op})
 
 
-@register(FAMILY)
 def build(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row with images under each of the eight image ops."""
     return [_variant(row, name, params, seed) for row in rows if row.images for name, params in VARIANTS.items()]
+
+
+declare(Family(
+    name=FAMILY, build=build, kind="invariance", modality="visual", variants=tuple(VARIANTS), meta_keys={"*": ("image_op",)},
+    checks=("max_flip", "max_drop", "min_acc", "max_ece"),
+    summary="JPEG q70/q40/q20, centre crop 95%, seeded crop 90%, rescale x0.5, brightness x0.9/x1.1",
+    title="image", short="image",
+))

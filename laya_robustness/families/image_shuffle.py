@@ -16,7 +16,7 @@ from typing import Sequence
 
 from PIL import Image
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -60,7 +60,6 @@ def cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
     return {cluster: row.images for cluster, row in chosen.items()}
 
 
-@register(FAMILY)
 def build(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row with images, given the images of its cluster's donor."""
     donors, images = donor_clusters(rows, seed), cluster_images(rows)
@@ -70,3 +69,10 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
             donor = donors[row.cluster]
             out.append(row.derive(FAMILY, VARIANT, images=images[donor], meta={**row.meta, "donor_cluster": donor}))
     return out
+
+
+declare(Family(
+    name=FAMILY, build=build, kind="control", variants=(VARIANT,), meta_keys={"*": ("donor_cluster",)},
+    checks=("min_gap",), summary="the image of another image cluster of the dataset (a seeded derangement)",
+    title="shuffled image", short="shuffled", table=("acc", "delta"),
+))

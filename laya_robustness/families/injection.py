@@ -29,7 +29,9 @@ from typing import Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
+from laya_robustness.metrics.extensions import injection_cell
+from laya_robustness.metrics.headline import ACC, ASR
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -66,7 +68,6 @@ def _text_variants(row: Row, target: int) -> list[Row]:
     return [row.derive(INJECT_TEXT, name, meta={**row.meta, "target": target}, **c) for name, c in changes.items()]
 
 
-@register(INJECT_TEXT)
 def build_inject_text(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row with its target pushed by a blunt command, an annotator's note, and that note in the context."""
     out = []
@@ -115,7 +116,6 @@ def draw_center(image: Image.Image, text: str) -> Image.Image:
 DRAWERS = {"typo_corner": draw_corner, "typo_center": draw_center}
 
 
-@register(INJECT_IMAGE)
 def build_inject_image(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row with images, its target's text drawn into each image, small in a corner and large in the centre."""
     out = []
@@ -127,3 +127,17 @@ def build_inject_image(rows: Sequence[Row], seed: int) -> list[Row]:
             images = tuple(draw(image, row.options[target]) for image in row.images)
             out.append(row.derive(INJECT_IMAGE, name, images=images, meta={**row.meta, "target": target}))
     return out
+
+
+declare(Family(
+    name=INJECT_TEXT, build=build_inject_text, kind="adversarial", block="injection",
+    variants=("blunt", "authority", "context"), meta_keys={"*": ("target",)}, headline=(ACC, ASR),
+    checks=("max_asr", "min_acc"), cell=injection_cell, title="text",
+    summary="a wrong answer planted in the question or its context",
+))
+declare(Family(
+    name=INJECT_IMAGE, build=build_inject_image, kind="adversarial", block="injection",
+    variants=tuple(DRAWERS), meta_keys={"*": ("target",)}, headline=(ACC, ASR), checks=("max_asr", "min_acc"),
+    cell=injection_cell, title="typo", variant_labels={"typo_corner": "corner", "typo_center": "centre"},
+    summary="the wrong answer drawn into the image (typographic)",
+))

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
 from laya_robustness.families.image_shuffle import cluster_images, donor_clusters
+from laya_robustness.metrics.extensions import abstain_cell, option_set_cell
+from laya_robustness.metrics.headline import ACC, LABEL_FLIP
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -93,7 +95,6 @@ def _drop_wrong(row: Row, seed: int) -> Row | None:
     return _with_options(row, OPTION_SET, "drop_wrong", options, kept.index(row.label), {"kept": kept})
 
 
-@register(OPTION_SET)
 def build_option_set(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every choice row with a borrowed distractor added and (k >= 3) with one wrong option dropped."""
     pool = _distractor_pool(rows)
@@ -121,8 +122,24 @@ def _abstain_variants(row: Row, donors: dict[str, str], images: dict[str, tuple]
     return out
 
 
-@register(ABSTAIN)
 def build_abstain(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every choice row without its gold option (k >= 3) and with "none of the above" added."""
     donors, images = donor_clusters(rows, seed), cluster_images(rows)
     return [v for row in rows if _is_choice(row) for v in _abstain_variants(row, donors, images)]
+
+
+declare(Family(
+    name=OPTION_SET, build=build_option_set, kind="options", block="options",
+    variants=("add_distractor", "drop_wrong"),
+    meta_keys={"add_distractor": ("distractor_index", "source_options"), "drop_wrong": ("kept",)},
+    headline=(ACC, LABEL_FLIP), checks=("max_flip", "min_acc"), cell=option_set_cell,
+    summary="a distractor borrowed from another image's row; a wrong option dropped", title="option set",
+))
+declare(Family(
+    name=ABSTAIN, build=build_abstain, kind="options", block="options",
+    variants=("drop_gold", "add_none", "add_none_shuffled"),
+    meta_keys={"drop_gold": ("no_gold", "kept"), "add_none": ("none_index",),
+               "add_none_shuffled": ("none_index", "donor_cluster")},
+    headline=(ACC,), checks=("min_acc",), cell=abstain_cell,
+    summary='gold removed; "none of the above" added (with the real and a mismatched image)', title="abstain",
+))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
 from laya_robustness.rows import Row
 
 FAMILY = "text"
@@ -145,7 +145,6 @@ def _changes_row(row: Row, changes: Changes | None) -> bool:
     return changes is not None and any(getattr(row, k) != v for k, v in changes.items())
 
 
-@register(FAMILY)
 def build(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row under each text rule that applies to it (the seed is unused: the rules are fixed)."""
     out = []
@@ -155,3 +154,12 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
             if _changes_row(row, changes):
                 out.append(row.derive(FAMILY, name, **changes))
     return out
+
+
+declare(Family(
+    name=FAMILY, build=build, kind="invariance", modality="phrasing", variants=tuple(name for name, _ in RULES),
+    checks=("max_flip", "max_drop", "min_acc", "max_ece"),
+    summary="prefix, suffix, double spaces, first-letter case, end punctuation, yes/no reframings, option case, "
+            "option period",
+    title="text", short="text",
+))

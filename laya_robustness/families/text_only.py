@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from laya_robustness.families import register
+from laya_robustness.families import Family, declare
 from laya_robustness.rows import Row
 
 FAMILY = "text_only"
 VARIANT = "no_image"
 
 
-@register(FAMILY)
 def build(rows: Sequence[Row], seed: int) -> list[Row]:
     """Every row with images, with the images removed (the seed is unused)."""
     return [row.derive(FAMILY, VARIANT, images=()) for row in rows if row.images]
+
+
+declare(Family(
+    name=FAMILY, build=build, kind="control", variants=(VARIANT,), checks=("min_gap",),
+    summary="no image, the text context kept", title="no image", short="no image", table=("acc", "delta"),
+))

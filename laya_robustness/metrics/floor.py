@@ -23,10 +23,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from laya_robustness.metrics.calibration import ece
-from laya_robustness.predictions import check_record
+from laya_robustness.metrics import rounded
+from laya_robustness.records import Record
 from laya_robustness.rng import keyed_rng
 
-DIGITS = 6
 SIMS = 200
 
 
@@ -80,7 +80,7 @@ def floor_block(records: Iterable[Mapping[str, Any]], sims: int = SIMS, seed: in
     """
     cells: dict[tuple[str, str], list[tuple[str, str, float, bool]]] = defaultdict(list)
     for i, r in enumerate(records):
-        check_record(r, f"record {i}")
+        Record.parse(r, f"record {i}")
         if r["label"] >= 0:
             row = (r["row_id"], r["cluster"], max(r["probs"]), r["argmax"] == r["label"])
             cells[(r["family"], r["dataset"])].append(row)
@@ -92,5 +92,5 @@ def floor_block(records: Iterable[Mapping[str, Any]], sims: int = SIMS, seed: in
         floor = ece_floor(conf, [cl for _, cl, _, _ in rows], sims=sims, seed=seed, key=(family, dataset))
         ratio = measured / floor["floor_mean"] if floor["floor_mean"] > 0 else None
         cell = {"ece": measured, **floor, "ratio": ratio}
-        out.setdefault(family, {})[dataset] = {k: v if v is None else round(v, DIGITS) + 0.0 for k, v in cell.items()}
+        out.setdefault(family, {})[dataset] = rounded(cell)
     return out

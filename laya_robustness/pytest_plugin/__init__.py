@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from laya_robustness.families import family_names
+from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, HarnessError, RobustnessSession
@@ -30,8 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    for family in family_names():
-        config.addinivalue_line("markers", f"{family}: the {family} perturbation family")
+    for family in declared():
+        if family.name not in MARKERS:
+            config.addinivalue_line("markers", f"{family.name}: the {family.name} family ({family.summary})")
     workers = config.getoption("numprocesses", default=None)
     if config.getoption("update_snapshots", default=False) and workers not in (None, 0, 1):
         raise pytest.UsageError("--snapshot-update cannot run under xdist (-n > 1): syrupy can truncate "
@@ -57,6 +58,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session = robustness_session(metafunc.config)
     if "dataset" in metafunc.fixturenames:
         metafunc.parametrize("dataset", session.datasets_for_collection())
+    if "caption_set" in metafunc.fixturenames:
+        sets = session.caption_sets_for_collection()
+        if not sets:
+            reason = ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
+                      "--model, or --dual-model)")
+            sets = [pytest.param("none", marks=pytest.mark.skip(reason=reason))]
+        metafunc.parametrize("caption_set", sets)
     if "device" in metafunc.fixturenames:
         metafunc.parametrize("device", [pytest.param(session.default_device, id="cpu"),
                                         pytest.param(GPU_DEVICE, id="gpu", marks=pytest.mark.gpu)])
@@ -101,13 +109,28 @@ def pytest_testnodedown(node, error) -> None:
         robustness_session(node.config).merge_payload(payload)
 
 
+def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors) -> str | None:
+    """Why this run's reports do not cover what it set out to do, or None when it finished."""
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return f"the run ended with exit status {int(exitstatus)} ({pytest.ExitCode(exitstatus).name})"
+    if harness_errors:
+        return f"{len(harness_errors)} harness error(s): {harness_errors[0]}"
+    stopped = session.shouldstop or session.shouldfail
+    if stopped:
+        return f"stopped early: {stopped}"
+    return None
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = robustness_session(session.config)
     if _is_worker(session.config):
         session.config.workeroutput[PAYLOAD_KEY] = state.worker_payload()
         return
+    state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors)
     if state.records or state.invariance_results:
-        state.written = state.write_reports()
+        from laya_robustness.pytest_plugin.reports import write_reports
+
+        state.written = write_reports(state)
     if state.harness_errors:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 

@@ -1,13 +1,120 @@
-"""The plugin's command-line options: one ``laya-robustness`` group, each also settable in the ini file."""
+"""The plugin's command-line options: one ``laya-robustness`` group, each also settable in the ini file.
+
+Every option is parsed and validated once, at start-up (``read_settings``): a bad value is a usage
+error (exit 4) that names the option, before any model is loaded or any row is read.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
-from laya_robustness.families import DEFAULT_FAMILIES
+from laya_robustness.families import default_families, family_names
+from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
+
+PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
+SCORING_PATHS = ("batch", "predict")
+PRECISIONS = ("auto", "fp32", "bf16")
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+_PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+#: --limitations auto: the embedded default's known limitations, applied when its rows and model are the ones gated.
+EMBEDDED_DATA, EMBEDDED_MODEL = "laya_fixtures/rows", "laya_fixtures/tiny-smolvlm"
+EMBEDDED_LIMITATIONS = "laya_fixtures/limitations.toml"
+EMBEDDED_CAPTIONS, EMBEDDED_DUAL_MODEL = "laya_fixtures/captions", "laya_fixtures/tiny-clip"
+
+
+def _int(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise ValueError(f"{value} is below {low}")
+        return value
+
+    return parse
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _text(text: str) -> str:
+    if not text.strip():
+        raise ValueError("empty")
+    return text
+
+
+def parse_switch(text: str) -> bool:
+    """``yes`` / ``no`` (also true/false, 1/0, on/off)."""
+    value = text.strip().lower()
+    if value in ("yes", "true", "1", "on"):
+        return True
+    if value in ("no", "false", "0", "off"):
+        return False
+    raise ValueError(f"{text!r} is not yes or no")
+
+
+def parse_device(text: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:<n>`` or ``mps``."""
+    if not _DEVICE.match(text):
+        raise ValueError(f"{text!r} is not cpu, cuda, cuda:<n> or mps")
+    return text
+
+
+def parse_scorer(text: str) -> str:
+    """``hf`` or a plug-in factory ``module:function``."""
+    if text != "hf" and not _PLUGIN.match(text):
+        raise ValueError(f"{text!r} is neither 'hf' nor 'module:function'")
+    return text
+
+
+def parse_families(text: str) -> tuple[str, ...]:
+    """Comma-separated family names, each known ("did you mean" otherwise), no duplicates."""
+    import difflib
+
+    names = tuple(f.strip() for f in text.split(",") if f.strip())
+    if not names:
+        raise ValueError("no family given")
+    known = family_names()
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"unknown family {name!r}{hint} (known: {', '.join(known)})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a family is named twice in {text!r}")
+    return names
+
+
+def parse_temperatures(text: str) -> dict[str, float]:
+    """``"choice=2.2,noul=2.13"`` -> ``{"choice": 2.2, "noul": 2.13, "score": 1.0}``; each finite and > 0."""
+    out = dict.fromkeys(PRIMITIVE_TEMPERATURES, 1.0)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if name not in out:
+            raise ValueError(f"unknown primitive {name!r} (known: {', '.join(PRIMITIVE_TEMPERATURES)})")
+        try:
+            number = float(value) if sep else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise ValueError(f"{part!r} is not primitive=number")
+        if not (math.isfinite(number) and number > 0):
+            raise ValueError(f"the temperature of {name} must be a finite number > 0, got {value}")
+        out[name] = number
+    return out
 
 
 @dataclass(frozen=True)
@@ -15,43 +122,70 @@ class Option:
     flag: str
     default: str
     help: str
+    parse: Callable[[str], Any] = _text
+    switch: bool = False  # given alone on the command line (``--resume``); ini: yes / no
 
     @property
     def dest(self) -> str:
         return "laya_" + self.flag.lstrip("-").replace("-", "_")
 
+    @property
+    def field(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
 
 OPTIONS = (
-    Option("--model", "laya_fixtures/tiny-smolvlm", "hub id or local directory of the model to gate"),
-    Option("--data", "laya_fixtures/rows", "JSONL manifest / VLMEvalKit TSV file, or a directory of them"),
-    Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)"),
-    Option("--seed", "0", "seed of row sampling, variants and the bootstrap"),
-    Option("--families", ",".join(DEFAULT_FAMILIES), "comma-separated families to score"),
-    Option("--batch-size", "16", "rows per forward on the batch path"),
-    Option("--device", "cpu", "device of the tests not marked gpu (gpu-marked tests use cuda)"),
+    Option("--model", EMBEDDED_MODEL, "hub id or local directory of the model to gate"),
+    Option("--data", EMBEDDED_DATA, "JSONL manifest, VLMEvalKit TSV, parquet file, datasets.save_to_disk directory, "
+           "or a directory of them"),
+    Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)", _int(0)),
+    Option("--seed", "0", "seed of row sampling, variants and the bootstrap", _int(0)),
+    Option("--families", ",".join(default_families()), "comma-separated families to score", parse_families),
+    Option("--batch-size", "16", "rows per forward on the batch path", _int(1)),
+    Option("--device", "cpu", "device of the tests not marked gpu (gpu-marked tests use cuda)", parse_device),
     Option("--scoring-path", "batch", "how family rows are scored: batch (many rows per forward) or predict "
-           "(fp32, one call per image, prefix cache)"),
-    Option("--precision", "auto", "batch-path precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16"),
-    Option("--thresholds", "thresholds.toml", "the gate's limits file"),
+           "(fp32, one call per image, prefix cache)", _choice(SCORING_PATHS)),
+    Option("--precision", "auto", "batch-path precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16",
+           _choice(PRECISIONS)),
+    Option("--thresholds", "thresholds.toml", "the gate's limits file (release limits for any data)"),
+    Option("--limitations", "auto", "overlay of per-dataset overrides and known limitations: a file, none, or auto "
+           f"({EMBEDDED_LIMITATIONS} when the embedded rows and model are gated)"),
     Option("--report-dir", "reports", "where summary.json and predictions.jsonl.gz are written"),
-    Option("--temperatures", "choice=1.0,noul=1.0,score=1.0", "per-primitive temperatures for probabilities and ECE"),
-    Option("--ece-floor-sims", "0", "ECE noise-floor redraws added to summary.json's floor block (0: none)"),
-    Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition"),
-    Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'"),
+    Option("--temperatures", "choice=1.0,noul=1.0,score=1.0", "per-primitive temperatures for probabilities and ECE",
+           parse_temperatures),
+    Option("--ece-floor-sims", "0", "ECE noise-floor redraws added to summary.json's floor block (0: none)", _int(0)),
+    Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition", _int(1)),
+    Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'", parse_scorer),
     Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),
+    Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
+           "file, a caption JSONL file or a directory of them"),
+    Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
+           f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
+    Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
+    Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "
+           "rows, model and settings) and score only the rest", parse_switch, switch=True),
+    Option("--data-map", "none", "field=column pairs naming the parquet / datasets columns that hold row fields, "
+           "e.g. question=prompt,options=choices,label=answer_idx (field= leaves a same-named column unread)",
+           parse_data_map),
+    Option("--max-image-pixels", "40000000", "largest image accepted, width x height in pixels (e.g. 40000000 or "
+           "40M), checked from the header before decoding; the encoded bytes may be 4 per pixel + 1 MiB",
+           parse_max_image_pixels),
+    Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
+           "directory (no: refuse them)", parse_allow_outside_data),
 )
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("laya-robustness", "robustness gate for vision-language models")
     for opt in OPTIONS:
+        extra = {"action": "store_const", "const": "yes"} if opt.switch else {}
         group.addoption(opt.flag, dest=opt.dest, default=None,
-                        help=f"{opt.help} (default: {opt.default}; ini: {opt.dest})")
+                        help=f"{opt.help} (default: {opt.default}; ini: {opt.dest})", **extra)
         parser.addini(opt.dest, help=opt.help, default=None)
 
 
 def get(config: pytest.Config, flag: str) -> str:
-    """An option's value: the command line, else the ini file, else its default."""
+    """An option's raw value: the command line, else the ini file, else its default."""
     opt = next(o for o in OPTIONS if o.flag == flag)
     value = config.getoption(opt.dest)
     if value is None:
@@ -59,21 +193,77 @@ def get(config: pytest.Config, flag: str) -> str:
     return str(value) if value not in (None, "") else opt.default
 
 
-def get_path(config: pytest.Config, flag: str) -> Path:
-    """A path option resolved against the rootdir when relative."""
-    path = Path(get(config, flag))
+def resolve(config: pytest.Config, text: str) -> Path:
+    """A path resolved against the rootdir when relative."""
+    path = Path(text)
     return path if path.is_absolute() else config.rootpath / path
 
 
-def parse_temperatures(text: str) -> dict[str, float]:
-    """``"choice=2.2,noul=2.13"`` -> ``{"choice": 2.2, "noul": 2.13, "score": 1.0}``."""
-    out = {"choice": 1.0, "noul": 1.0, "score": 1.0}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, value = part.partition("=")
-        if name not in out:
-            raise pytest.UsageError(f"--temperatures: unknown primitive {name!r} (known: choice, noul, score)")
+@dataclass(frozen=True)
+class Settings:
+    """Every option of a gate run, parsed and validated (paths resolved against the rootdir)."""
+
+    model_name: str  # as the user gave it: recorded in meta and the snapshot name
+    model: str  # the resolved local directory, or the hub id
+    data: Path
+    rows_per_set: int
+    seed: int
+    families: tuple[str, ...]
+    batch_size: int
+    device: str
+    scoring_path: str
+    precision: str
+    thresholds: Path
+    limitations: Path | None
+    report_dir: Path
+    temperatures: dict
+    ece_floor_sims: int
+    invariance_rows: int
+    scorer: str
+    attn_implementation: str
+    captions: Path
+    dual_model: str | None  # "auto" resolved later, when the model's kind is known
+    paraphrases: Path | None
+    resume: bool
+    data_map: dict  # row field -> column of a parquet / datasets table (laya_robustness.loaders.settings)
+    max_image_pixels: int
+    allow_outside_data: bool
+
+
+def _limitations(config: pytest.Config, text: str, data: Path, model: str) -> Path | None:
+    if text == "none":
+        return None
+    if text != "auto":
+        return resolve(config, text)
+    embedded = (resolve(config, EMBEDDED_DATA).resolve(), resolve(config, EMBEDDED_MODEL).resolve())
+    if (data.resolve(), Path(model).resolve()) == embedded:
+        return resolve(config, EMBEDDED_LIMITATIONS)
+    return None
+
+
+def read_settings(config: pytest.Config) -> Settings:
+    """Parse every option; a bad value raises pytest.UsageError naming the option (exit 4)."""
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        raw = get(config, opt.flag)
         try:
-            out[name] = float(value)
-        except ValueError:
-            raise pytest.UsageError(f"--temperatures: {part!r} is not primitive=number") from None
-    return out
+            values[opt.field] = opt.parse(raw)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{opt.flag}: {exc}") from None
+    model_name = values.pop("model")
+    local = resolve(config, model_name)
+    model = str(local) if local.exists() else model_name  # else a hub id
+    data = resolve(config, values.pop("data"))
+    limitations = _limitations(config, values.pop("limitations"), data, model)
+    dual = values.pop("dual_model")
+    if dual not in ("auto", "none"):
+        local_dual = resolve(config, dual)
+        dual = str(local_dual) if local_dual.exists() else dual
+    paraphrases = values.pop("paraphrases")
+    return Settings(
+        model_name=model_name, model=model, data=data, limitations=limitations,
+        captions=resolve(config, values.pop("captions")), dual_model=None if dual == "none" else dual,
+        paraphrases=None if paraphrases == "none" else resolve(config, paraphrases),
+        thresholds=resolve(config, values.pop("thresholds")), report_dir=resolve(config, values.pop("report_dir")),
+        **values,
+    )

@@ -1,4 +1,8 @@
-"""The gate's per-process state: rows, scorers, records and check results, kept in ``config.stash``."""
+"""The gate's per-process state: settings, rows, limits, scorers and records, kept in ``config.stash``.
+
+The session wires things together; the library computes (summary, checks) and decides
+(``laya_robustness.verdict``). Reports, the snapshot and the xdist payload have their own modules.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +13,83 @@ from pathlib import Path
 import pytest
 
 from laya_robustness import checks
-from laya_robustness.families import CORE_FAMILIES, DEFAULT_FAMILIES, family_names
+from laya_robustness.families import build_variants, declared, get_family
 from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
-from laya_robustness.metrics import rounded
-from laya_robustness.pytest_plugin import options
+from laya_robustness.pytest_plugin.options import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL, read_settings, resolve
+from laya_robustness.records import ORIG, Record
 from laya_robustness.rows import RowError
-from laya_robustness.run import ORIG, Scoring, family_rows, load_source_rows
+from laya_robustness.run import Scoring, load_source_rows
 from laya_robustness.summary import summarize, summary_cell
 from laya_robustness.thresholds import ThresholdsError, load_thresholds
+from laya_robustness.verdict import FAIL, XFAIL, XPASS, cell_verdict
 
 GPU_DEVICE = "cuda"
 INVARIANCE_CONDITIONS = (*CONDITION_NAMES, BF16_BUDGET)
+#: Invariance results of the dual encoder are reported under "dual:<condition>".
+DUAL_PREFIX = "dual:"
+#: The invariance conditions a dual encoder can take (one image per row; there is no prefix cache to vary).
+DUAL_CONDITIONS = ("repeat_batch", "repeat_predict", "batched", "batched_reversed", "bf16_weights",
+                   "predict_vs_batch")
 
 
 class HarnessError(RuntimeError):
-    """The harness broke (model cannot load, bad data): not a gate failure."""
+    """The harness broke (a model that cannot load, a crash while scoring): not a gate failure (exit 3)."""
+
+
+DUAL_ENCODER_TYPES = ("clip", "siglip")
+
+
+def model_type(name_or_path: str) -> str | None:
+    """The checkpoint's ``config.model_type``, read from a local directory or the local hub cache only
+    (never the network: an id that is not cached gives None)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        try:
+            return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, "config.json")
+    except Exception:  # not a valid repo id, or no cache at all
+        return None
+    return model_type(str(Path(cached).parent)) if isinstance(cached, str) else None
+
+
+def identity_key(device: str, source: str) -> str:
+    """Where a scorer's identity is kept: the device for the question model, ``<device>/dual`` for captions."""
+    return device if source == "rows" else f"{device}/dual"
+
+
+def _with_paraphrases(rows_by_dataset: dict, path: Path) -> dict:
+    """Caption rows with the user's paraphrases of their row id in ``meta["paraphrases"]``."""
+    import dataclasses
+
+    from laya_robustness.lgip import load_paraphrases
+
+    user = load_paraphrases(path)
+    return {name: [dataclasses.replace(r, meta={**r.meta, "paraphrases": list(user[r.row_id])})
+                   if r.row_id in user else r for r in rows] for name, rows in rows_by_dataset.items()}
+
+
+CHUNK_BATCHES = 16
+
+
+def scoring_chunks(rows, scoring_path: str, batch_size: int) -> list[list[int]]:
+    """Row indices in the chunks a family is scored and journaled in: ``CHUNK_BATCHES`` batches of the
+    batch path (so the batches are the same as in one call), or whole image clusters of the predict path."""
+    if scoring_path == "batch":
+        size = CHUNK_BATCHES * batch_size
+        return [list(range(i, min(i + size, len(rows)))) for i in range(0, len(rows), size)]
+    from laya_robustness.run import cluster_indices
+
+    chunks: list[list[int]] = [[]]
+    for cluster in cluster_indices(rows):
+        if len(chunks[-1]) >= CHUNK_BATCHES * batch_size:
+            chunks.append([])
+        chunks[-1].extend(cluster)
+    return [c for c in chunks if c]
 
 
 class RobustnessSession:
@@ -31,42 +97,63 @@ class RobustnessSession:
 
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.seed = int(options.get(config, "--seed"))
-        self.rows_per_set = int(options.get(config, "--rows-per-set"))
-        self.batch_size = int(options.get(config, "--batch-size"))
-        self.precision = options.get(config, "--precision")
-        self.scoring_path = options.get(config, "--scoring-path")
-        if self.scoring_path not in ("batch", "predict"):
-            raise pytest.UsageError(f"--scoring-path: {self.scoring_path!r} is not batch or predict")
-        self.default_device = options.get(config, "--device")
-        self.model_name = options.get(config, "--model")  # as the user gave it: recorded in meta
-        local = options.get_path(config, "--model")
-        self.model = str(local) if local.exists() else self.model_name  # else a hub id
-        self.data = options.get_path(config, "--data")
-        self.thresholds_path = options.get_path(config, "--thresholds")
-        self.report_dir = options.get_path(config, "--report-dir")
-        self.temperatures = options.parse_temperatures(options.get(config, "--temperatures"))
-        self.attn_implementation = options.get(config, "--attn-implementation")
-        self.scorer_spec = options.get(config, "--scorer")
-        self.families = tuple(f.strip() for f in options.get(config, "--families").split(",") if f.strip())
-        known = family_names()
-        for f in self.families:
-            if f not in known:
-                raise pytest.UsageError(f"--families: unknown family {f!r} (known: {', '.join(known)})")
+        self.settings = read_settings(config)
         self._rows = None
+        self._caption_rows = None
         self._thresholds = None
         self._scorers: dict[str, object] = {}
+        self._load_errors: dict[str, str] = {}  # device -> why its scorer could not load (not retried)
         self._scored: set[tuple[str, str, str]] = set()
-        self.records: dict[str, dict[str, dict]] = {}  # device -> row_id -> record
+        self.records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
         self.results: list[dict] = []  # check results of this process
         self.harness_errors: list[str] = []
         self.summaries: dict[str, dict] = {}  # device -> summary.json, once written
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
         self.usage_error: pytest.UsageError | None = None
-        self.invariance_rows = int(options.get(config, "--invariance-rows"))
-        self.ece_floor_sims = int(options.get(config, "--ece-floor-sims"))
         self._invariance: dict[str, InvarianceRun] = {}
+        self._journals: dict[str, object] = {}
         self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
+        self.written: list = []
+        self.incomplete_reason: str | None = None  # set when the run ends
+        self.kept_previous_report = False
+
+    # settings the rest of the plugin reads by name
+    seed = property(lambda self: self.settings.seed)
+    rows_per_set = property(lambda self: self.settings.rows_per_set)
+    families = property(lambda self: self.settings.families)
+    default_device = property(lambda self: self.settings.device)
+    model_name = property(lambda self: self.settings.model_name)
+    report_dir = property(lambda self: self.settings.report_dir)
+
+    # -- models -------------------------------------------------------------------------------------
+
+    @property
+    def model_is_dual(self) -> bool:
+        """Whether ``--model`` is a dual encoder (CLIP / SigLIP): it answers no questions, it is probed."""
+        return self.settings.scorer == "hf" and model_type(self.settings.model) in DUAL_ENCODER_TYPES
+
+    @property
+    def dual_model(self) -> str | None:
+        """The dual encoder the caption families probe (see ``--dual-model``), or None."""
+        chosen = self.settings.dual_model
+        if chosen != "auto":
+            return chosen
+        if self.model_is_dual:
+            return self.settings.model
+        if Path(self.settings.model).resolve() == resolve(self.config, EMBEDDED_MODEL).resolve():
+            return str(resolve(self.config, EMBEDDED_DUAL_MODEL))
+        return None
+
+    def skip_reason(self, family: str) -> str | None:
+        """Why a family cannot run with these models, or None."""
+        source = get_family(family).source
+        if source == "rows" and self.model_is_dual:
+            return (f"{self.settings.model_name} is a dual encoder: it answers no questions, so {family} does not "
+                    "apply (the lgip families probe it)")
+        if source == "captions" and self.dual_model is None:
+            return (f"{family} probes a dual encoder and none is given: pass a CLIP / SigLIP --model, or "
+                    "--dual-model <hub id or directory>")
+        return None
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -75,7 +162,11 @@ class RobustnessSession:
         """Sampled source rows by dataset; a bad data file is a usage error naming file, line and field."""
         if self._rows is None:
             try:
-                self._rows = load_source_rows(self.data, self.rows_per_set, self.seed)
+                from laya_robustness.loaders import LoadSettings
+
+                s = self.settings
+                load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data)
+                self._rows = load_source_rows(s.data, s.rows_per_set, s.seed, load)
             except (RowError, FileNotFoundError) as exc:
                 raise pytest.UsageError(f"--data: {exc}") from exc
         return self._rows
@@ -84,8 +175,41 @@ class RobustnessSession:
     def datasets(self) -> list[str]:
         return list(self.rows)
 
+    def _probes_captions(self) -> bool:
+        selected = [get_family(f) for f in self.families]
+        return self.dual_model is not None and any(f.source == "captions" for f in selected)
+
+    @property
+    def caption_rows(self) -> dict:
+        """Caption rows by dataset (when a caption family is selected and a dual encoder is there), else {}."""
+        if self._caption_rows is None:
+            self._caption_rows = {}
+            if self._probes_captions():
+                from laya_robustness.captions import load_captions
+
+                try:
+                    rows = load_captions(self.settings.captions)
+                    if self.settings.paraphrases is not None:
+                        rows = _with_paraphrases(rows, self.settings.paraphrases)
+                except (RowError, FileNotFoundError) as exc:
+                    raise pytest.UsageError(f"--captions: {exc}") from exc
+                self._caption_rows = dict(sorted(rows.items()))
+        return self._caption_rows
+
+    def rows_of(self, family: str) -> dict:
+        """The source rows a family is built from, by dataset (question rows or caption rows)."""
+        return self.caption_rows if get_family(family).source == "captions" else self.rows
+
+    def caption_sets_for_collection(self) -> list[str]:
+        """Caption dataset names to parametrise over; a bad caption file is kept and raised after collection."""
+        try:
+            return list(self.caption_rows)
+        except pytest.UsageError as exc:
+            self.usage_error = exc
+            return []
+
     def validate_inputs(self) -> None:
-        """Load rows and thresholds now; their errors are usage errors (exit 4), not test failures."""
+        """Load rows and limits now; their errors are usage errors (exit 4), not test failures."""
         if self.usage_error is None:
             try:
                 self.thresholds
@@ -104,49 +228,116 @@ class RobustnessSession:
 
     @property
     def thresholds(self):
+        """The limits: ``--thresholds`` with the ``--limitations`` overlay, validated against the declarations."""
         if self._thresholds is None:
+            overlays = [self.settings.limitations] if self.settings.limitations else []
             try:
                 self._thresholds = load_thresholds(
-                    self.thresholds_path, families=(ORIG, *family_names()), datasets=self.datasets,
-                    conditions=INVARIANCE_CONDITIONS)
+                    self.settings.thresholds, families={f.name: f.checks for f in declared()},
+                    datasets=[*self.datasets, *self.caption_rows], conditions=INVARIANCE_CONDITIONS, overlays=overlays)
             except ThresholdsError as exc:
                 raise pytest.UsageError(str(exc)) from exc
         return self._thresholds
 
-    def scorer(self, device: str):
-        """The model on ``device``, loaded once per process; a failure is recorded as a harness error."""
-        if device not in self._scorers:
-            from laya_robustness.scoring import load_scorer
+    def _harness_error(self, message: str) -> HarnessError:
+        if message not in self.harness_errors:
+            self.harness_errors.append(message)
+        return HarnessError(message)
 
+    def scorer(self, device: str, source: str = "rows"):
+        """The model scoring ``source`` rows on ``device`` (the dual encoder for captions), loaded once per
+        process; a failed load is remembered and not retried. Its identity is kept under ``identity_key``."""
+        key = identity_key(device, source)
+        if key in self._load_errors:
+            raise HarnessError(self._load_errors[key] + " (failed earlier in this run; not retried)")
+        if key not in self._scorers:
+            s = self.settings
+            model = self.dual_model if source == "captions" else s.model
             try:
-                self._scorers[device] = load_scorer(
-                    self.scorer_spec, self.model, device=device, precision=self.precision,
-                    batch_size=self.batch_size, attn_implementation=self.attn_implementation)
-                self.identities[device] = dict(getattr(self._scorers[device], "identity", {}))
+                if source == "captions" or self.model_is_dual:
+                    from laya_robustness.scoring.dual import DualEncoderScorer
+
+                    scorer = DualEncoderScorer.from_pretrained(
+                        model, device=device, precision=s.precision, batch_size=s.batch_size,
+                        attn_implementation=s.attn_implementation)
+                else:
+                    from laya_robustness.scoring import load_scorer
+
+                    scorer = load_scorer(s.scorer, model, device=device, precision=s.precision,
+                                         batch_size=s.batch_size, attn_implementation=s.attn_implementation)
+                self._scorers[key] = scorer
+                self.identities[key] = dict(getattr(scorer, "identity", {}))
             except Exception as exc:  # any failure to load is the harness's, not the gate's
-                message = f"cannot load scorer {self.scorer_spec!r} for model {self.model!r}: {exc}"
-                self.harness_errors.append(message)
-                raise HarnessError(message) from exc
-        return self._scorers[device]
+                message = f"cannot load scorer {s.scorer!r} for model {model!r} on {device}: {exc}"
+                self._load_errors[key] = message
+                raise self._harness_error(message) from exc
+        return self._scorers[key]
 
     # -- scoring --------------------------------------------------------------------------------
 
+    def _source_of(self, family: str, dataset: str) -> str:
+        """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
+        if family == ORIG:
+            return "captions" if dataset in self.caption_rows else "rows"
+        return get_family(family).source
+
+    def family_rows(self, family: str, dataset: str):
+        """The rows ``family`` scores on one dataset (the source rows for orig)."""
+        source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
+        return build_variants(family, source[dataset], self.settings.seed)
+
+    def journal(self, device: str, source: str):
+        """The journal this process appends ``source`` records of ``device`` to (see laya_robustness.journal)."""
+        from laya_robustness.journal import JOURNAL_DIR, Journal, config_fingerprint, read_journals
+
+        key = identity_key(device, source)
+        if key not in self._journals:
+            scorer, s = self.scorer(device, source), self.settings
+            settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
+                        "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
+                        "attn_implementation": s.attn_implementation}
+            folder = self.report_dir / JOURNAL_DIR
+            worker = getattr(self.config, "workerinput", {}).get("workerid")
+            name = "".join(c if c.isalnum() or c in "-_" else "_" for c in key) + (f".{worker}" if worker else "")
+            known = read_journals(folder) if s.resume else {}
+            identity = getattr(scorer, "identity", {})
+            self._journals[key] = Journal(folder / f"{name}.jsonl", config_fingerprint(identity, settings), known)
+        return self._journals[key]
+
     def _score(self, family: str, dataset: str, device: str) -> None:
+        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored;
+        with --resume a chunk whose every row was journaled by an earlier run is reused as it is."""
+        from laya_robustness.journal import row_key
+
         key = (family, dataset, device)
         if key in self._scored:
             return
-        scoring = Scoring(self.scorer(device), self.scoring_path, self.temperatures)
+        source = self._source_of(family, dataset)
+        scorer, journal = self.scorer(device, source), self.journal(device, source)
+        rows = self.family_rows(family, dataset)
+        scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         store = self.records.setdefault(device, {})
-        for rec in scoring.records(family_rows(family, self.rows[dataset], self.seed)):
-            store[rec["row_id"]] = rec
+        for chunk in scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size):
+            keys = [row_key(journal.config, self.seed, rows[i]) for i in chunk]
+            if all(k in journal.known for k in keys):
+                scored = [Record.parse(journal.known[k], f"journal record {k}") for k in keys]
+            else:
+                try:
+                    scored = scoring.records([rows[i] for i in chunk])
+                except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
+                    raise self._harness_error(
+                        f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
+                journal.append(zip(keys, scored))
+            for rec in scored:
+                store[rec.row_id] = rec
         self._scored.add(key)
 
-    def family_records(self, family: str, dataset: str, device: str) -> list[dict]:
+    def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
         """The orig and ``family`` records of one dataset on one device (scored once per process)."""
         self._score(ORIG, dataset, device)
         self._score(family, dataset, device)
-        return [r for r in self.records[device].values()
-                if r["dataset"] == dataset and r["family"] in (ORIG, family)]
+        return [r for r in self.records[device].values() if r.dataset == dataset and r.family in (ORIG, family)]
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -154,53 +345,72 @@ class RobustnessSession:
         """Evaluate every limit of (family, dataset); fail, xfail (known limitation), skip or pass."""
         if family != ORIG and family not in self.families:
             pytest.skip(f"{family} is not in --families ({','.join(self.families)})")
+        reason = self.skip_reason(family)
+        if reason:
+            pytest.skip(reason)
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
-        if not any(r["family"] == family for r in records):
+        if not any(r.family == family for r in records):
             pytest.skip(f"{family} builds no variant of any {dataset} row (none of its rules applies)")
         cell = summary_cell(summarize(records, seed=self.seed), family, dataset)
         if not limits:
-            pytest.skip(f"scored; {self.thresholds_path.name} sets no limit for {family} on {dataset}")
+            pytest.skip(f"scored; the limits set none for {family} on {dataset}")
         results = checks.evaluate_cell(family, dataset, cell, limits)
         self.results += [{**asdict(r), "device": device} for r in results]
-        failures, expected, fixed = [], [], []
-        for r in results:
-            known = self.thresholds.known_limitation(family, dataset, r.check)
-            if known and not r.passed:
-                expected.append(f"{r.check}: {known.reason}")
-            elif known:
-                fixed.append(f"{r.check} now passes ({r.value:.4g} vs {r.limit:.4g}); "
-                             f"remove the known limitation from {self.thresholds_path.name}")
-            elif not r.passed:
-                failures.append(checks.failure_message(r, checks.worst_groups(records, family, dataset, r.check)))
-        if failures:
-            pytest.fail("\n\n".join(failures), pytrace=False)
-        if fixed:
+
+        def known(check: str) -> str | None:
+            limitation = self.thresholds.known_limitation(family, dataset, check)
+            return limitation.reason if limitation else None
+
+        verdict = cell_verdict(results, known)
+        if verdict.outcome == FAIL:
+            pytest.fail("\n\n".join(
+                checks.failure_message(r, checks.worst_groups(records, family, dataset, r.check))
+                for r in verdict.failures), pytrace=False)
+        if verdict.outcome == XPASS:
+            where = ", ".join(str(p.name) for p in (self.thresholds.path, *self.thresholds.overlays))
+            fixed = [f"{r.check} now passes ({r.value:.4g} vs {r.limit:.4g}); remove the known limitation "
+                     f"from {where}" for r in verdict.fixed]
             pytest.fail("[XPASS(strict)] known limitation no longer holds: " + "; ".join(fixed), pytrace=False)
-        if expected:
-            pytest.xfail("known limitation: " + "; ".join(expected))
+        if verdict.outcome == XFAIL:
+            pytest.xfail("known limitation: " + "; ".join(f"{r.check}: {why}" for r, why in verdict.expected))
 
     # -- invariance -----------------------------------------------------------------------------
 
-    def invariance(self, condition: str, device: str) -> dict:
-        """The stats of one invariance condition on ``device`` (references computed once per process)."""
-        if device not in self._invariance:
-            rows = [r for name in self.datasets for r in self.rows[name][: self.invariance_rows]]
-            self._invariance[device] = InvarianceRun(self.scorer(device), rows, self.batch_size, self.temperatures)
+    def invariance(self, condition: str, device: str, source: str = "rows") -> dict:
+        """The stats of one invariance condition of the ``source`` model on ``device`` (references computed
+        once per process). The dual encoder is checked on caption rows, under the conditions it can take."""
+        if source == "rows" and self.model_is_dual:
+            pytest.skip("--model is a dual encoder: its invariance conditions run in test_dual_invariance")
+        if source == "captions" and self.dual_model is None:
+            pytest.skip("no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
+        if source == "captions" and condition not in DUAL_CONDITIONS:
+            pytest.skip(f"{condition} needs rows with several or no images, which a dual encoder does not score")
+        key = identity_key(device, source)
+        if key not in self._invariance:
+            n = self.settings.invariance_rows
+            rows_by_dataset = self.caption_rows if source == "captions" else self.rows
+            rows = [r for name in rows_by_dataset for r in rows_by_dataset[name][:n]]
+            self._invariance[key] = InvarianceRun(self.scorer(device, source), rows, self.settings.batch_size,
+                                                  self.settings.temperatures)
         try:
-            stats = self._invariance[device].run(condition)
+            stats = self._invariance[key].run(condition)
         except ConditionNotSupported as exc:
             pytest.skip(f"{condition} is not supported by this scorer: {exc}")
-        self.invariance_results.setdefault(device, {})[condition] = stats
+        except Exception as exc:
+            raise self._harness_error(f"invariance condition {condition} on {device} with model "
+                                      f"{self.settings.model!r} failed: {type(exc).__name__}: {exc}") from exc
+        name = condition if source == "rows" else f"{DUAL_PREFIX}{condition}"
+        self.invariance_results.setdefault(device, {})[name] = stats
         return stats
 
-    def check_invariance(self, condition: str, device: str) -> None:
+    def check_invariance(self, condition: str, device: str, source: str = "rows") -> None:
         """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
-        stats = self.invariance(condition, device)
+        stats = self.invariance(condition, device, source)
         section = BF16_BUDGET if stats["precision"] == BF16 else condition
         limits = self.thresholds.invariance_limits(section)
         if not limits:
-            pytest.skip(f"scored; {self.thresholds_path.name} sets no limit in [invariance.{section}]")
+            pytest.skip(f"scored; the limits set none in [invariance.{section}]")
         results = checks.evaluate_invariance(condition, stats, limits)
         self.results += [{**asdict(r), "device": device} for r in results]
         failed = [r for r in results if not r.passed]
@@ -211,44 +421,35 @@ class RobustnessSession:
                      f"|dlogit| {e['abs_dlogit']:.2e}" for e in (stats["flipped"] or worst)]
             pytest.fail("\n\n".join(checks.failure_message(r, lines) for r in failed), pytrace=False)
 
-    # -- snapshot -------------------------------------------------------------------------------
+    # -- all families ---------------------------------------------------------------------------
 
     def full_summary(self, device: str) -> dict:
-        """The summary of every selected family on every dataset (scoring whatever is missing)."""
-        for dataset in self.datasets:
-            for family in self.families:
-                self.family_records(family, dataset, device)
-        return summarize(list(self.records[device].values()), seed=self.seed)
+        """The summary of every selected family that can run, on every dataset of its source (scoring
+        whatever is missing)."""
+        for family in (ORIG, *self.families):
+            if family == ORIG or not self.skip_reason(family):
+                datasets = [*self.datasets, *self.caption_rows] if family == ORIG else list(self.rows_of(family))
+                for dataset in datasets:
+                    if family == ORIG and self.model_is_dual and dataset not in self.caption_rows:
+                        continue
+                    self.family_records(family, dataset, device)
+        return summarize(list(self.records.get(device, {}).values()), seed=self.seed)
 
-    def snapshot_name(self, device: str) -> str:
-        """One snapshot per model and run configuration: ``<model>.<device>.n<rows>.s<seed>.<families>``."""
-        model = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.model_name.strip("/"))
-        named = {DEFAULT_FAMILIES: "all", CORE_FAMILIES: "core"}
-        families = named.get(self.families, "+".join(self.families))
-        return f"{model}.{'gpu' if device == GPU_DEVICE else 'cpu'}.n{self.rows_per_set}.s{self.seed}.{families}"
-
-    def snapshot_view(self, device: str) -> dict:
-        """What the snapshot holds: the run's identity and every metric rounded to 4 d.p. (no timings/versions)."""
-        summary = self.full_summary(device)
-        identity = dict(self.identities.get(device, {}))
-        identity.pop("model", None)
-        metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
-        return {"model": self.model_name, "identity": identity, "seed": self.seed,
-                "rows_per_set": self.rows_per_set, "temperatures": self.temperatures,
-                **rounded(metrics, 4)}
-
-    # -- reports --------------------------------------------------------------------------------
+    # -- xdist ----------------------------------------------------------------------------------
 
     def worker_payload(self) -> str:
         return json.dumps({"records": self.records, "results": self.results, "harness": self.harness_errors,
                            "identities": self.identities, "invariance": self.invariance_results})
 
     def merge_payload(self, payload: str) -> None:
+        """Add a worker's records (parsed into Records), results, errors, identities and invariance stats."""
         data = json.loads(payload)
         for device, recs in data["records"].items():
-            self.records.setdefault(device, {}).update(recs)
+            store = self.records.setdefault(device, {})
+            for row_id, rec in recs.items():
+                store[row_id] = Record.parse(rec, f"worker record {row_id}")
         self.results += data["results"]
-        self.harness_errors += data["harness"]
+        self.harness_errors += [e for e in data["harness"] if e not in self.harness_errors]
         self.identities.update(data["identities"])
         for device, conditions in data["invariance"].items():
             self.invariance_results.setdefault(device, {}).update(conditions)
@@ -257,32 +458,3 @@ class RobustnessSession:
         from laya_robustness.report_meta import run_meta
 
         return run_meta(self, device)
-
-    def _device_report_dir(self, device: str) -> Path:
-        """``--report-dir`` itself when one device ran, else its ``<device>/`` subfolder (created)."""
-        several = len(set(self.records) | set(self.invariance_results)) > 1
-        out = self.report_dir / device if several else self.report_dir
-        out.mkdir(parents=True, exist_ok=True)
-        return out
-
-    def write_reports(self) -> list[Path]:
-        """predictions.jsonl.gz and summary.json per device (under ``<device>/`` when several ran)."""
-        from laya_robustness.predictions import write_predictions
-        from laya_robustness.report_meta import invariance_meta
-
-        written = []
-        for device, conditions in sorted(self.invariance_results.items()):
-            out = self._device_report_dir(device)
-            path = out / "invariance.json"
-            report = {"meta": invariance_meta(self, device), "conditions": dict(sorted(conditions.items()))}
-            path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-            written.append(path)
-        for device, recs in sorted(self.records.items()):
-            out = self._device_report_dir(device)
-            ordered = [recs[k] for k in sorted(recs)]
-            write_predictions(out / "predictions.jsonl.gz", ordered)
-            summary = summarize(ordered, meta=self.meta(device), seed=self.seed, ece_floor_sims=self.ece_floor_sims)
-            self.summaries[device] = summary
-            (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-            written += [out / "predictions.jsonl.gz", out / "summary.json"]
-        return written

@@ -19,7 +19,7 @@ def _outcome(results: list[dict], family: str, dataset: str, device: str, known)
 
 def cell_text(cell: dict | None, family: str) -> str:
     """``acc / delta / flip`` of a summary cell (``acc`` alone for orig)."""
-    if not cell:
+    if not cell or cell.get("acc") is None:
         return "-"
     if family == "orig" or cell.get("flip") is None or cell.get("delta") is None:
         return f"{cell['acc']:.3f}"
@@ -53,6 +53,8 @@ def invariance_lines(conditions: dict) -> list[str]:
 
 
 def write_summary(reporter, session) -> None:
+    for error in session.harness_errors:
+        reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
     if not session.records and not session.invariance_results:
         return
     for device, conditions in sorted(session.invariance_results.items()):
@@ -66,5 +68,8 @@ def write_summary(reporter, session) -> None:
             reporter.write_line(line)
     for path in getattr(session, "written", []):
         reporter.write_line(f"wrote {path}")
-    for error in session.harness_errors:
-        reporter.write_line(f"HARNESS ERROR: {error}", red=True)
+    if session.incomplete_reason:
+        kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
+            if session.kept_previous_report else ""
+        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; rerun with --resume to finish it",
+                            yellow=True)

@@ -1,4 +1,4 @@
-"""The scorer contract (what the harness calls), its errors, and the step that turns scored rows into records.
+"""The scorer contract (what the harness calls), its errors, and the display-order -> label-order map.
 
 A scorer must have what ``Scorer`` declares; the HF scorer also has the optional capabilities
 listed in ``OPTIONAL_CAPABILITIES``, which the harness uses when present.
@@ -11,7 +11,6 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from laya_robustness.metrics.calibration import calibrated_probs
 from laya_robustness.rows import Row
 
 
@@ -102,19 +101,3 @@ def to_label_order(row: Row, shown_logits: Sequence[float]) -> np.ndarray:
     out = np.empty_like(shown)
     out[list(row.display_order)] = shown
     return out
-
-
-def prediction_record(row: Row, logits: np.ndarray, temperatures: dict) -> dict:
-    """One predictions.jsonl line: ids, family/variant, label, raw logits (4 d.p.), probs (5 d.p.), argmax, meta.
-
-    The argmax is taken on the rounded logits, so the record is self-consistent
-    and a summary re-made from the file equals the online one.
-    """
-    rounded = [round(float(x), 4) for x in logits]
-    probs = calibrated_probs(rounded, row.primitive, temperatures)
-    return {
-        "row_id": row.row_id, "group_id": row.group_id, "cluster": row.cluster, "dataset": row.dataset,
-        "family": row.family, "variant": row.variant, "primitive": row.primitive, "label": row.label,
-        "n_images": len(row.images), "logits": rounded, "probs": [round(float(p), 5) for p in probs],
-        "argmax": int(np.argmax(rounded)), "meta": dict(row.meta),
-    }

@@ -1,0 +1,88 @@
+"""The summary snapshot: its name (the run's configuration, with model and data fingerprints) and its content.
+
+One snapshot per configuration: ``<model>.<cpu|gpu>.m<model fingerprint>.d<data fingerprint>.s<seed>.n<rows
+per set>.<families>``. A configuration without a snapshot (new data, a new model) has nothing to be
+compared with: its test says so and how to record one, instead of diffing against another
+configuration's numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Mapping, Sequence
+
+from laya_robustness.families import default_families
+from laya_robustness.metrics import rounded
+from laya_robustness.rows import Row
+
+SNAPSHOT_DIGITS = 4
+FINGERPRINT_CHARS = 8
+
+
+def image_digest(image) -> str:
+    """sha256 of an image's mode, size and raw pixels."""
+    h = hashlib.sha256(f"{image.mode}:{image.size}".encode())
+    h.update(image.tobytes())
+    return h.hexdigest()
+
+
+def data_fingerprint(rows: Mapping[str, Sequence[Row]]) -> str:
+    """A short sha256 of every sampled row's fields and image pixels, datasets and rows in order."""
+    h = hashlib.sha256()
+    for dataset, dataset_rows in sorted(rows.items()):
+        for r in dataset_rows:
+            fields = [r.row_id, r.dataset, r.group_id, r.cluster, r.question, list(r.options), r.label,
+                      r.primitive, r.context, r.category, dict(r.meta), list(getattr(r, "answers", ()))]
+            h.update(json.dumps(fields, sort_keys=True, default=str).encode())
+            for image in r.images:
+                h.update(image_digest(image).encode())
+    return h.hexdigest()[:FINGERPRINT_CHARS]
+
+
+def model_fingerprint(identity: Mapping, model_name: str, scorer: str) -> str:
+    """A short sha256 of the models' weight hashes (the question model's and, under ``"dual"``, the dual
+    encoder's); of the model name and scorer when they report none."""
+    weights = {"model": identity.get("weights_sha256") or {}, "dual": (identity.get("dual") or {}).get("weights_sha256")}
+    basis = json.dumps(weights, sort_keys=True) if any(weights.values()) else f"{scorer}:{model_name}"
+    return hashlib.sha256(basis.encode()).hexdigest()[:FINGERPRINT_CHARS]
+
+
+def families_label(families: Sequence[str]) -> str:
+    """"all" for the default families, else their names joined by "+"."""
+    return "all" if tuple(families) == default_families() else "+".join(families)
+
+
+def snapshot_name(session, device: str) -> str:
+    """The name of the run configuration's snapshot (see the module doc)."""
+    from laya_robustness.pytest_plugin.session import GPU_DEVICE, identity_key
+
+    s = session.settings
+    model = "".join(c if c.isalnum() or c in "-_" else "_" for c in s.model_name.strip("/"))
+    identity = {}
+    if not session.model_is_dual:
+        session.scorer(device)  # the identity (weight hashes) comes from the loaded scorer
+        identity = dict(session.identities.get(device, {}))
+    if session.caption_rows:
+        session.scorer(device, "captions")
+        identity["dual"] = session.identities.get(identity_key(device, "captions"), {})
+    m = model_fingerprint(identity, s.model_name, s.scorer)
+    d = data_fingerprint({**session.rows, **session.caption_rows})
+    kind = "gpu" if device == GPU_DEVICE else "cpu"
+    return f"{model}.{kind}.m{m}.d{d}.s{s.seed}.n{s.rows_per_set}.{families_label(s.families)}"
+
+
+def snapshot_view(session, device: str) -> dict:
+    """What the snapshot holds: the run's identity and every metric rounded to 4 d.p. (no timings/versions)."""
+    from laya_robustness.pytest_plugin.session import identity_key
+
+    summary = session.full_summary(device)
+    identity = dict(session.identities.get(device, {}))
+    identity.pop("model", None)
+    dual = dict(session.identities.get(identity_key(device, "captions"), {}))
+    if dual:
+        identity["dual"] = {k: v for k, v in dual.items() if k != "model"}
+    metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
+    s = session.settings
+    return {"model": s.model_name, "identity": identity, "seed": s.seed, "rows_per_set": s.rows_per_set,
+            "temperatures": s.temperatures, **rounded(metrics, SNAPSHOT_DIGITS)}

@@ -1,0 +1,223 @@
+"""Every headline of every summary block equals a plain recomputation from the records, on rows where
+every variant of every family fires (unlike the fixture sets, whose fixed option sets never get a distractor)."""
+
+import dataclasses
+from collections import defaultdict
+
+import pytest
+
+from fakes import OracleScorer
+from laya_robustness.captions import generate_captions
+from laya_robustness.families import FLAT, build_variants, declared
+from laya_robustness.fixture_rows import generate_rows
+from laya_robustness.records import prediction_record
+from laya_robustness.summary import summarize, summary_cell
+
+WORDS = ("crimson", "lime", "navy", "gold", "teal", "plum", "rust", "sand")
+TEMPERATURES = {"choice": 1.0, "noul": 1.0, "score": 1.0}
+
+
+def _varied(rows):
+    """Every other choice row gets options from a word list, so rows of other images offer distractors."""
+    out = []
+    for i, r in enumerate(rows):
+        if i % 2:
+            options = tuple(WORDS[(i + j) % len(WORDS)] for j in range(len(r.options)))
+            r = dataclasses.replace(r, options=options)
+        out.append(r)
+    return out
+
+
+def _with_user_paraphrases(rows):
+    """The first caption carries two paraphrases of its own, as --paraphrases attaches them."""
+    first = dataclasses.replace(rows[0], meta={**rows[0].meta, "paraphrases": ["a picture of shapes", "shapes"]})
+    return [first, *rows[1:]]
+
+
+@pytest.fixture(scope="module")
+def records():
+    sources = {"rows": [_varied(generate_rows("colour_choice", 24, seed=3)), generate_rows("exists_yesno", 24, seed=3)],
+               "captions": [_with_user_paraphrases(generate_captions(12, seed=3))]}
+    scorer = OracleScorer("fake", margin=1.0, noise=1.0)
+    out = []
+    for family in declared():
+        for rows in (sources["rows"] + sources["captions"] if family.name == "orig" else sources[family.source]):
+            variants = build_variants(family.name, rows, seed=0)
+            out += [prediction_record(r, lg, TEMPERATURES) for r, lg in zip(variants, scorer.score_batch(variants))]
+    return out
+
+
+def _mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def _orig(records):
+    return {(r["dataset"], r["group_id"]): r for r in records if r["family"] == "orig"}
+
+
+def _groups(rows):
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["dataset"], r["group_id"])].append(r)
+    return groups
+
+
+def acc(rows):
+    per_group = []
+    for g in _groups(rows).values():
+        scored = [r for r in g if r["label"] >= 0]
+        if scored:
+            per_group.append(sum(r["argmax"] == r["label"] for r in scored) / len(scored))
+    return _mean(per_group)
+
+
+def flip(rows, orig):
+    return _mean(sum(r["argmax"] != orig[g]["argmax"] for r in rs) / len(rs)
+                 for g, rs in _groups(rows).items() if g in orig)
+
+
+def delta(rows, orig):
+    out = []
+    for g, rs in _groups(rows).items():
+        scored = [r for r in rs if r["label"] >= 0]
+        if g in orig and scored:
+            o = orig[g]
+            out.append(sum(r["argmax"] == r["label"] for r in scored) / len(scored) - (o["argmax"] == o["label"]))
+    return _mean(out)
+
+
+def asr(rows, orig):
+    hits = [r["argmax"] == r["meta"]["target"] for r in rows
+            if (r["dataset"], r["group_id"]) in orig and orig[(r["dataset"], r["group_id"])]["argmax"] != r["meta"]["target"]]
+    return _mean(hits)
+
+
+def label_flip(rows, orig):
+    """Pooled over variants: a row whose orig answer is still offered flips when its answer, mapped back, differs."""
+    flips = []
+    for r in rows:
+        o = orig[(r["dataset"], r["group_id"])]
+        mapping = r["meta"]["kept"] if r["variant"] == "drop_wrong" else r["meta"]["source_options"]
+        if o["argmax"] in mapping:
+            flips.append(mapping[r["argmax"]] != o["argmax"])
+    return _mean(flips)
+
+
+def _caption_pairs(rows, orig):
+    """(reference s, variant s, variant meta) of every paraphrase and every flip, by the LGIP pairing rule."""
+    by_variant = {(r["dataset"], r["group_id"], r["variant"]): r for r in rows}
+    paraphrases, flips = [], []
+    for r in rows:
+        meta = r["meta"]
+        is_flip = r["family"] == "lgip_flip" or meta.get("role") == "flip"
+        if r["family"] == "lgip_combined" and is_flip:
+            reference = by_variant[(r["dataset"], r["group_id"], meta["reference"])]
+        else:
+            reference = orig[(r["dataset"], r["group_id"])]
+        (flips if is_flip else paraphrases).append((reference["logits"][0], r["logits"][0], meta))
+    return paraphrases, flips
+
+
+def e_inv(rows, orig):
+    return _mean(abs(a - b) for a, b, _ in _caption_pairs(rows, orig)[0])
+
+
+def e_sens(rows, orig):
+    return _mean(a - b for a, b, _ in _caption_pairs(rows, orig)[1])
+
+
+def pr(rows, orig):
+    return _mean(a > b for a, b, _ in _caption_pairs(rows, orig)[1])
+
+
+RECOMPUTE = {"acc": lambda rows, orig: acc(rows), "delta": delta, "flip": flip, "asr": asr,
+             "e_inv": e_inv, "e_sens": e_sens, "pr": pr}
+
+
+def test_every_declared_variant_fires(records):
+    fired = defaultdict(set)
+    for r in records:
+        fired[r["family"]].add(r["variant"])
+    for family in declared():
+        for variant in family.variants:
+            if variant.endswith("*"):
+                assert any(v.startswith(variant[:-1]) for v in fired[family.name]), (family.name, variant)
+            else:
+                assert variant in fired[family.name], (family.name, variant)
+
+
+def test_every_headline_equals_its_recomputation(records):
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    orig = _orig(records)
+    checked = 0
+    for family in declared():
+        by_dataset = defaultdict(list)
+        for r in records:
+            if r["family"] == family.name:
+                by_dataset[r["dataset"]].append(r)
+        assert by_dataset, family.name
+        for dataset, rows in by_dataset.items():
+            cell = summary_cell(summary, family.name, dataset)
+            for metric in family.headline:
+                if family.name == "option_set" and metric.key == "flip":
+                    expected = label_flip(rows, orig)
+                else:
+                    expected = RECOMPUTE[metric.key](rows, orig)
+                if family.name == "orig" and dataset == "shape_captions":
+                    assert expected is None and cell[metric.key] is None  # a caption has no right answer
+                    continue
+                assert expected is not None, (family.name, dataset, metric.key)
+                assert cell[metric.key] == pytest.approx(expected, abs=1e-6), (family.name, dataset, metric.key)
+                checked += 1
+    assert checked >= 2 * len(declared())
+
+
+def test_the_option_set_flip_pools_both_variants(records):
+    """The headline is the pooled rate over every comparable row of both variants, not a mean of the two rates."""
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    cell = summary["options"]["option_set"]["colour_choice"]
+    variants = cell["variants"]
+    assert set(variants) == {"add_distractor", "drop_wrong"}
+    flipped = sum(v["n_flipped"] for v in variants.values())
+    comparable = sum(v["n_comparable"] for v in variants.values())
+    assert cell["n_comparable"] == comparable
+    assert cell["flip"] == pytest.approx(flipped / comparable, abs=1e-6)
+    rates = [v["flip_rate"] for v in variants.values()]
+    assert min(rates) <= cell["flip"] <= max(rates)
+
+
+def test_the_worst_attribute_pr_is_the_lowest_of_the_attributes(records):
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    orig = _orig(records)
+    cell = summary["lgip"]["lgip_flip"]["shape_captions"]
+    flips = _caption_pairs([r for r in records if r["family"] == "lgip_flip"], orig)[1]
+    by_attribute = defaultdict(list)
+    for a, b, meta in flips:
+        by_attribute[meta["attribute"]].append(a > b)
+    assert set(by_attribute) == {"object", "colour", "count"}
+    worst = min(by_attribute, key=lambda k: (_mean(by_attribute[k]), k))
+    assert cell["pr_min_attribute"] == worst
+    assert cell["pr_min"] == pytest.approx(_mean(by_attribute[worst]), abs=1e-6)
+
+
+def test_flat_block_holds_exactly_the_flat_families(records):
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    assert set(summary[FLAT]) == {f.name for f in declared() if f.block == FLAT}
+
+
+def test_circular_accuracy_and_accuracy_by_gold_position(records):
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    cell = summary[FLAT]["option_order"]["colour_choice"]
+    orig = _orig(records)
+    groups = _groups(r for r in records if r["family"] == "option_order" and r["dataset"] == "colour_choice")
+    circular = [all(r["argmax"] == r["label"] for r in [orig[g], *rs]) for g, rs in groups.items()]
+    assert cell["n_circular"] == len(circular) and cell["circular_acc"] == pytest.approx(_mean(circular), abs=1e-6)
+    assert cell["circular_acc"] <= cell["acc"]
+    by_position = defaultdict(list)
+    for g, rs in groups.items():
+        by_position[orig[g]["label"]].append(orig[g]["argmax"] == orig[g]["label"])
+        for r in rs:
+            by_position[r["meta"]["display_order"].index(r["label"])].append(r["argmax"] == r["label"])
+    assert cell["acc_by_position"] == {str(p): pytest.approx(_mean(v), abs=1e-6) for p, v in by_position.items()}
+    assert cell["n_by_position"] == {str(p): len(v) for p, v in by_position.items()}
