@@ -482,6 +482,14 @@ class HFVLMScorer:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
 
+def _resolve_local_dir(name_or_path: str) -> Path | None:
+    """The checkpoint's local directory, or None when there is none (the dual-encoder scorer's hashes use it)."""
+    try:
+        return resolve_checkpoint(str(name_or_path))
+    except ModelLoadError:
+        return None
+
+
 def default_checkpoint() -> Path:
     """The embedded default checkpoint directory (``laya_fixtures/tiny-smolvlm``)."""
     return Path(__file__).resolve().parents[2] / "laya_fixtures" / "tiny-smolvlm"
