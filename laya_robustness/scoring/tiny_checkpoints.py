@@ -55,10 +55,6 @@ TEMPLATES = {
                "{% for item in message['content'] %}{% if item['type'] == 'image' %}{{ '<start_of_image>' }}"
                "{% else %}{{ item['text'] }}{% endif %}{% endfor %}<end_of_turn>\n{% endfor %}"
                "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"),
-    "mllama": ("{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
-               "{% for item in message['content'] %}{% if item['type'] == 'image' %}{{ '<|image|>' }}"
-               "{% else %}{{ item['text'] }}{% endif %}{% endfor %}<|eot_id|>{% endfor %}"
-               "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"),
 }
 TEMPLATES["qwen2_5_vl"] = TEMPLATES["qwen2_vl"]
 
