@@ -70,8 +70,9 @@ step gate-256m-families 1 "$PY" -m pytest robustness_tests -m "$MARK and not inv
   --families option_order,image --deselect robustness_tests/test_summary_snapshot.py \
   --report-dir "$OUT/gate-256m-families" --junitxml "$OUT/gate-256m-families/junit.xml" -q -k "not benchmark"
 # The embedded checkpoint: its whole gate on the device, then the benchmarks.
+# (its snapshot is the CPU run's: on the device the batch path runs in bf16, so the snapshot test is left out)
 step gate-embedded 1 "$PY" -m pytest robustness_tests -m "$MARK" -p no:cacheprovider --thresholds "$WORK/thresholds.toml" \
-  "${EMBEDDED[@]}" --report-dir "$OUT/gate-embedded" --junitxml "$OUT/gate-embedded/junit.xml" -q -k "not benchmark"
+  "${EMBEDDED[@]}" --deselect robustness_tests/test_summary_snapshot.py --report-dir "$OUT/gate-embedded" --junitxml "$OUT/gate-embedded/junit.xml" -q -k "not benchmark"
 step benchmarks-embedded 0 "$PY" -m pytest robustness_tests --benchmark-only -m "$MARK" -p no:cacheprovider \
   --benchmark-json "$OUT/benchmarks-embedded.json" -q
 echo "done: status $STATUS (a gate step may end 1, a crossed limit; 3 or more is a broken harness)" | tee -a "$OUT/steps.txt"
