@@ -43,8 +43,10 @@ def write_report(
     source_rows: Mapping[str, Sequence[Any]] | None = None,
     baseline: Mapping[str, Any] | None = None,
     baseline_results: Iterable[Any] | None = None,
+    html_name: str = REPORT_HTML,
+    md_name: str = SUMMARY_MD,
 ) -> list[Path]:
-    """Write ``report.html`` and ``summary.md`` into ``out_dir``; returns their paths.
+    """Write ``report.html`` and ``summary.md`` (or the names given) into ``out_dir``; returns their paths.
 
     Arguments as in ``report.build.build_report``; ``baseline`` is another run's summary to compare
     with, ``baseline_results`` its check results (for verdict changes).
@@ -64,9 +66,9 @@ def write_report(
         changes = summary_changes(summary, baseline, report.verdicts if old else {}, old, limit=CHANGE_LINES)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / REPORT_HTML, render_html(report, changes))
-    write_atomic(out / SUMMARY_MD, render_markdown(report, changes))
-    return [out / REPORT_HTML, out / SUMMARY_MD]
+    write_atomic(out / html_name, render_html(report, changes))
+    write_atomic(out / md_name, render_markdown(report, changes))
+    return [out / html_name, out / md_name]
 
 
 def _read_json(path: Path) -> dict:
@@ -179,7 +181,10 @@ def render_files(
     if data is not None:
         from laya_robustness.run import load_source_rows
 
+        from laya_robustness.report.examples import check_source_rows
+
         source_rows = load_source_rows(data, int(meta.get("rows_per_set", 0)), int(meta.get("seed", 0)))
+        check_source_rows(meta, source_rows)
     return write_report(out_dir if out_dir is not None else predictions.parent, summary, records,
                         results=results, known=known, invariance=invariance, source_rows=source_rows,
                         baseline=base, baseline_results=baseline_results)

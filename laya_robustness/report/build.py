@@ -45,6 +45,9 @@ def build_report(
     the shown rows and their images are rebuilt with the summary's seed; None shows no images.
     """
     notes = []
+    meta = summary.get("meta") or {}
+    if meta.get("complete") is False:
+        notes.append(f"this run is incomplete: {meta.get('incomplete_reason', 'no reason given')}")
     verdicts = cell_verdicts(results or [], known or (lambda family, dataset, check: None))
     if results is None:
         notes.append("no limits were checked: the verdict columns are empty")

@@ -202,18 +202,25 @@ def outcome_counts(verdicts: Mapping[tuple[str, str], CellVerdict]) -> dict[str,
 
 
 def verdict_line(verdicts: Mapping[tuple[str, str], CellVerdict]) -> str:
-    """``2 FAIL, 0 XPASS, 5 xfail, 63 ok (cells with limits)``."""
-    counts = outcome_counts(verdicts)
-    return ", ".join(f"{n} {MARKS[k]}" for k, n in counts.items()) + " (cells with limits)"
+    """``2 FAIL, 0 XPASS, 5 xfail, 63 ok (cells with limits); invariance: 11 ok``."""
+    cells = {k: v for k, v in verdicts.items() if k[0] != INVARIANCE}
+    counts = outcome_counts(cells)
+    line = ", ".join(f"{n} {MARKS[k]}" for k, n in counts.items()) + " (cells with limits)"
+    conditions = outcome_counts(invariance_verdicts(verdicts))
+    if any(conditions.values()):
+        line += "; invariance: " + ", ".join(f"{n} {MARKS[k]}" for k, n in conditions.items() if n)
+    return line
 
 
-def text_rows(rows: Sequence[CellRow], columns: Sequence[str], interval: bool = True) -> list[list[str]]:
-    """Header and one text row per cell: family, dataset, each column, the short verdict."""
-    header = ["family", "dataset", *[f"{k} [95% CI]" if interval and any(r.cell.get(f"{k}_ci") for r in rows) else k
-                                     for k in columns], "checks"]
+def text_rows(rows: Sequence[CellRow], columns: Sequence[str], intervals: Iterable[str] = ()) -> list[list[str]]:
+    """Header and one text row per cell: family, dataset, each column (with its interval when the
+    column is in ``intervals``), the short verdict."""
+    intervals = set(intervals)
+    shown = [k for k in columns if k in intervals and any(r.cell.get(f"{k}_ci") for r in rows)]
+    header = ["family", "dataset", *[f"{k} [95% CI]" if k in shown else k for k in columns], "checks"]
     out = [header]
     for r in rows:
-        out.append([r.family, r.dataset, *[value_text(r.cell, k, r.family, interval) for k in columns],
+        out.append([r.family, r.dataset, *[value_text(r.cell, k, r.family, k in shown) for k in columns],
                     r.verdict.short()])
     return out
 

@@ -10,12 +10,15 @@ up to ``per_family`` groups, each with up to ``per_group`` of its flipped rows, 
 
 The predictions file has no pixels: the rows are rebuilt with ``families.build_variants(family,
 source_rows[dataset], seed)`` over the whole dataset (a builder may draw from other rows), found by
-``row_id`` and checked against their records (variant, group, label, number of options and images),
-so a mismatch between the data and the run is an error instead of a wrong picture.
+``row_id`` and checked against their records (variant, group, label, number of options and images,
+meta: where a builder records what it drew, e.g. a crop box or an option order), and
+``check_source_rows`` compares the data with the run's meta (rows per dataset, and the data
+fingerprint when the meta has one), so a mismatch is an error instead of a wrong picture.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -113,9 +116,15 @@ def select_examples(records: Sequence[Mapping[str, Any]], per_family: int = 5, p
     return out
 
 
+def _plain(value: Any) -> Any:
+    """A value as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
 def _check(row, record: Mapping[str, Any]) -> None:
     pairs = [("variant", row.variant, record["variant"]), ("group_id", row.group_id, record["group_id"]),
-             ("label", row.label, record["label"]), ("options", len(row.options), len(record["logits"]))]
+             ("label", row.label, record["label"]), ("options", len(row.options), len(record["logits"])),
+             ("meta", _plain(dict(row.meta)), _plain(record.get("meta", {})))]
     if "n_images" in record:
         pairs.append(("n_images", len(row.images), record["n_images"]))
     for name, rebuilt, recorded in pairs:
@@ -152,3 +161,21 @@ def rebuild_rows(examples: Mapping[str, Sequence[Example]], source_rows: Mapping
             _check(row, record)
             out[record["row_id"]] = row
     return out
+
+
+def check_source_rows(meta: Mapping[str, Any], source_rows: Mapping[str, Sequence[Any]]) -> None:
+    """Raise ValueError when the data is not what the run scored: another number of rows in a dataset
+    than ``meta["datasets"]`` says, or another ``meta["data_fingerprint"]`` (the snapshot's)."""
+    counts = meta.get("datasets")
+    if isinstance(counts, Mapping):
+        for name, n in sorted(counts.items()):
+            have = len(source_rows.get(name, ()))
+            if have != n:
+                raise ValueError(f"the data has {have} rows of dataset {name!r}, the run scored {n}; render with the "
+                                 "data, seed and rows per set the run used")
+    if "data_fingerprint" in meta:
+        from laya_robustness.pytest_plugin.snapshot import data_fingerprint
+
+        if data_fingerprint(source_rows) != meta["data_fingerprint"]:
+            raise ValueError("the data's fingerprint differs from the run's (meta.data_fingerprint): render with the "
+                             "data, seed and rows per set the run used")

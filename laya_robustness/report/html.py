@@ -207,7 +207,14 @@ def _invariance(report: Report) -> str:
             f"<th>max |dlogit|</th><th>bitwise</th><th>checks</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
-def _plot(uri: str | None, alt: str, empty: str) -> str:
+def _plot(draw, data, alt: str, empty: str) -> str:
+    """``draw(data)`` as an inline image; a note instead when there is nothing to draw or no matplotlib."""
+    try:
+        uri = draw(data)
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib":
+            raise
+        return '<p class="note">No plots: matplotlib is not installed (pip install "laya-robustness[report]").</p>'
     return f'<img class="plot" src="{uri}" alt="{e(alt)}">' if uri else f"<p>{e(empty)}</p>"
 
 
@@ -268,11 +275,11 @@ right), “gold” the label.</p>
 <p class="muted">Accuracy against confidence (max probability) in 15 equal-width bins, pooled over datasets;
 the dotted diagonal is perfect calibration, the dark line the orig rows. A control such as image_shuffle
 that stays confident while its accuracy falls shows how much of the confidence comes from the text alone.</p>
-{_plot(plots.reliability_uri(report.reliability), "reliability diagrams", "No labelled rows.")}
+{_plot(plots.reliability_uri, report.reliability, "reliability diagrams", "No labelled rows.")}
 <h2 id="strength">Accuracy and flip rate against perturbation strength</h2>
 <p class="muted">One panel per family and strength parameter read from the variants' meta (for example
 <code>image_op</code>); solid: accuracy, dashed: flip rate, dotted: the same groups' orig accuracy.</p>
-{_plot(plots.strength_uri(report.strength), "accuracy and flip rate against strength",
+{_plot(plots.strength_uri, report.strength, "accuracy and flip rate against strength",
        "No family records a strength with at least two values.")}
 <h2 id="invariance">Invariance</h2>
 {_invariance(report)}

@@ -21,12 +21,16 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")
 
 
-def _figure(n_panels: int, columns: int, panel_in: tuple[float, float]):
+def _figure(n_panels: int, columns: int, panel_in: tuple[float, float], legend_in: float = 0.0):
     from matplotlib.figure import Figure
 
     rows = max(1, math.ceil(n_panels / columns))
     cols = min(columns, max(1, n_panels))
-    fig = Figure(figsize=(panel_in[0] * cols, panel_in[1] * rows + 0.4), layout="constrained")
+    width, height = panel_in[0] * cols, panel_in[1] * rows + legend_in
+    fig = Figure(figsize=(width, height))
+    # fixed margins in inches (a layout engine costs more than the drawing itself)
+    fig.subplots_adjust(left=0.6 / width, right=1 - 0.15 / width, top=1 - 0.3 / height,
+                        bottom=(legend_in + 0.45) / height, wspace=0.45, hspace=0.75)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
@@ -86,7 +90,7 @@ def strength_uri(curves: Sequence[StrengthCurve], columns: int = 3) -> str | Non
     datasets = sorted({d for c in curves for d in c.points})
     colour = {d: COLOURS[i % len(COLOURS)] for i, d in enumerate(datasets)}
     with matplotlib.rc_context(_RC):
-        fig, axes = _figure(len(curves), columns, (3.0, 2.3))
+        fig, axes = _figure(len(curves), columns, (3.2, 2.4), legend_in=0.35)
         for ax, c in zip(axes, curves):
             for d, points in sorted(c.points.items()):
                 xs = [p[0] for p in points]
@@ -98,8 +102,8 @@ def strength_uri(curves: Sequence[StrengthCurve], columns: int = 3) -> str | Non
             ax.set_ylim(-0.02, 1.02)
             ax.set_title(f"{c.family}: {c.label}")
             ax.set_xlabel(c.label)
-            ax.set_ylabel("acc (solid) / flip (dashed)")
+            ax.set_ylabel("acc (solid), flip (dashed)")
         handles = [Line2D([], [], color=colour[d], label=d) for d in datasets]
         handles += [Line2D([], [], color="#555555", linestyle=":", label="orig acc")]
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(6, len(handles)), frameon=False)
+        fig.legend(handles=handles, loc="lower center", ncols=min(6, len(handles)), frameon=False)
         return svg_uri(fig)
