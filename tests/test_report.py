@@ -117,6 +117,14 @@ def test_offline_verdicts_are_the_gate_checks(run, limits):
     assert any(not r.passed for r in results) and any(r.passed for r in results)
 
 
+def test_an_undeclared_row_of_a_block_is_shown_without_limits(run, limits):
+    summary = json.loads(json.dumps(run["summary"]))
+    summary["injection"]["any"] = {"colour_choice": {"acc": 0.5, "asr": 0.25}}
+    assert all(r.family != "any" for r in evaluate_summary(summary, limits))
+    rows = cell_rows(summary, {}, "injection")
+    assert (rows[-1].family, rows[-1].verdict.short()) == ("any", "-")
+
+
 def test_a_check_on_an_undefined_metric_fails_instead_of_passing(limits):
     summary = {"families": {"image": {"colour_choice": {"acc": 0.5, "delta": 0.0, "delta_ci": [0, 0], "flip": None,
                                                          "ece": 0.0}}}}
