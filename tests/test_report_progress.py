@@ -71,6 +71,15 @@ def test_batch_path_slices_only_for_a_bar_and_gives_the_same_logits(chunk, batch
     assert seen == [("orig/colour_choice", 70)]
 
 
+def test_the_embedded_model_gives_the_same_records_in_slices(embedded_scorer):
+    """Slices of whole batches are the same forwards: the records are equal, not just close."""
+    rows = generate_rows("count_choice", 40, seed=4)
+    tracker = Tracker(32)
+    sliced = Scoring(embedded_scorer, progress=_progress(tracker, [])).records(rows)
+    assert tracker.updates == [32, 8]
+    assert sliced == Scoring(embedded_scorer).records(rows)
+
+
 def test_predict_path_reports_every_cluster():
     tracker = Tracker(BAR_CHUNK_ROWS)
     records = Scoring(CountingScorer(16), path="predict", progress=_progress(tracker, [])).records(ROWS)
