@@ -1,101 +1,19 @@
-"""Scoring progress (tracker protocol, chunked batch path, quiet modes) and the gate's terminal summary and reports."""
+"""Scoring progress (a line in a log, a bar on a terminal, quiet modes) and the gate's terminal summary and reports."""
 
 import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
 
-from fakes import OracleScorer
 from laya_robustness.fixture_rows import generate_rows, write_manifest
 from laya_robustness.pytest_plugin.terminal import WIDTH, table_lines
-from laya_robustness.report.progress import BAR_CHUNK_ROWS, LineProgress, scoring_progress
-from laya_robustness.run import Scoring
+from laya_robustness.report.progress import LineProgress, Quiet, scoring_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 pytest_plugins = ["pytester"]
-
-
-class Tracker:
-    def __init__(self, chunk_rows=None):
-        self.chunk_rows, self.updates, self.closed = chunk_rows, [], 0
-
-    def update(self, n):
-        self.updates.append(n)
-
-    def close(self):
-        self.closed += 1
-
-
-class CountingScorer(OracleScorer):
-    """Records how many rows each call got."""
-
-    def __init__(self, batch_size=None):
-        super().__init__("fake")
-        self.calls = []
-        if batch_size is not None:
-            self.batch_size = batch_size
-
-    def score_batch(self, rows):
-        self.calls.append(len(rows))
-        return super().score_batch(rows)
-
-
-ROWS = generate_rows("colour_choice", 70, seed=2)
-
-
-def _progress(tracker, seen):
-    def start(label, total):
-        seen.append((label, total))
-        return tracker
-    return start
-
-
-@pytest.mark.parametrize("chunk, batch, calls", [
-    (32, 16, [32, 32, 6]),     # slices of whole batches, reported as they finish
-    (40, 16, [32, 32, 6]),     # rounded down to whole batches
-    (8, 16, [16, 16, 16, 16, 6]),  # at least one batch
-    (None, 16, [70]),          # a log line needs no slices: one call, as without progress
-    (32, None, [70]),          # a scorer that does not say its batch size: one call
-])
-def test_batch_path_slices_only_for_a_bar_and_gives_the_same_logits(chunk, batch, calls):
-    plain = Scoring(CountingScorer(batch)).records(ROWS)
-    tracker, seen = Tracker(chunk), []
-    scorer = CountingScorer(batch)
-    records = Scoring(scorer, progress=_progress(tracker, seen)).records(ROWS)
-    assert records == plain
-    assert scorer.calls == calls and tracker.updates == calls and tracker.closed == 1
-    assert seen == [("orig/colour_choice", 70)]
-
-
-def test_the_embedded_model_gives_the_same_records_in_slices(embedded_scorer):
-    """Slices of whole batches are the same forwards: the records are equal, not just close."""
-    rows = generate_rows("count_choice", 40, seed=4)
-    tracker = Tracker(32)
-    sliced = Scoring(embedded_scorer, progress=_progress(tracker, [])).records(rows)
-    assert tracker.updates == [32, 8]
-    assert sliced == Scoring(embedded_scorer).records(rows)
-
-
-def test_predict_path_reports_every_cluster():
-    tracker = Tracker(BAR_CHUNK_ROWS)
-    records = Scoring(CountingScorer(16), path="predict", progress=_progress(tracker, [])).records(ROWS)
-    assert len(records) == 70 and sum(tracker.updates) == 70
-    assert len(tracker.updates) == len({r.cluster for r in ROWS})
-
-
-def test_the_tracker_is_closed_when_scoring_crashes():
-    class Crashing(CountingScorer):
-        def score_batch(self, rows):
-            raise IndexError("boom")
-
-    tracker = Tracker()
-    with pytest.raises(IndexError):
-        Scoring(Crashing(), progress=_progress(tracker, [])).records(ROWS)
-    assert tracker.closed == 1
 
 
 def test_line_progress_says_rows_seconds_and_rate():
@@ -145,19 +63,19 @@ class Reporter:
 
 
 def test_quiet_on_workers_and_under_q():
-    assert scoring_progress(Config(worker=True), "cpu") is None
-    assert scoring_progress(Config(verbose=-1), "cpu") is None
+    assert isinstance(scoring_progress(Config(worker=True), "cpu", "text/vsr", 5), Quiet)
+    assert isinstance(scoring_progress(Config(verbose=-1), "cpu", "text/vsr", 5), Quiet)
+    assert isinstance(scoring_progress(Config(), "cpu", "negation/colour_choice", 0), Quiet)
 
 
 def test_a_log_gets_one_line_and_a_terminal_a_bar():
     config = Config()
-    tracker = scoring_progress(config, "cpu")("text/vsr", 5)
+    tracker = scoring_progress(config, "cpu", "text/vsr", 5)
     tracker.update(5)
     tracker.close()
     assert len(config.reporter.lines) == 1 and config.reporter.lines[0].startswith("scored text/vsr (cpu): 5 rows")
     tty = Config(tty=True)
-    bar = scoring_progress(tty, "cuda")("text/vsr", 5)
-    assert bar.chunk_rows == BAR_CHUNK_ROWS
+    bar = scoring_progress(tty, "cuda", "text/vsr", 5)
     bar.update(5)
     bar.close()
     assert "scoring text/vsr (cuda)" in tty.reporter.text and "5/5" in tty.reporter.text
@@ -252,4 +170,3 @@ def test_terminal_table_fits_with_long_verdicts():
     assert max(map(len, lines)) <= WIDTH
     assert any(line.startswith("image") and line.endswith("FAIL (4 checks)") for line in lines)
     assert any("0.500 [0.412, 0.600]" in line for line in lines)  # the headline intervals stay
-    assert np.all([len(line) <= WIDTH for line in lines])

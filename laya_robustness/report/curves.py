@@ -63,7 +63,7 @@ def reliability(records: Sequence[Mapping[str, Any]], n_bins: int = N_BINS) -> l
     """One Reliability per family with a labelled row, in declaration order (see the module doc)."""
     by_family: dict[str, list] = {}
     for r in records:
-        if r["label"] >= 0:
+        if r["label"] >= 0 and r["probs"]:  # an open-answer row has no probabilities
             by_family.setdefault(r["family"], []).append(r)
     out = []
     for family in family_order(by_family):

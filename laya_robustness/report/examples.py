@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from laya_robustness.families import build_variants, get_family
-from laya_robustness.metrics.accuracy import group_key, is_correct, orig_by_group
+from laya_robustness.metrics.accuracy import group_key, is_correct, is_scored, orig_by_group
 from laya_robustness.records import ORIG
 from laya_robustness.report.curves import family_order
 
@@ -54,11 +54,16 @@ def _flip_metric(family: str):
     return next((h for h in decl.headline if h.key == "flip"), None)
 
 
+def confidence(record: Mapping[str, Any]) -> float:
+    """The record's max probability (0 for an open-answer row, which has none)."""
+    return max(record["probs"]) if record["probs"] else 0.0
+
+
 def _row_values(rows: Sequence[Mapping[str, Any]], orig: Mapping[str, Any], metric) -> list[tuple[Mapping, float]]:
     """(row, 1.0 if it flipped / broke else 0.0) for every row the definition applies to."""
     if metric is None:
-        right = is_correct(orig) if orig["label"] >= 0 else False
-        return [(r, float(right and not is_correct(r))) for r in rows if r["label"] >= 0]
+        right = is_scored(orig) and is_correct(orig)
+        return [(r, float(right and not is_correct(r))) for r in rows if is_scored(r)]
     key = group_key(orig)
     out = []
     for r in rows:
@@ -69,7 +74,7 @@ def _row_values(rows: Sequence[Mapping[str, Any]], orig: Mapping[str, Any], metr
 
 
 def _rank(example: Example) -> tuple:
-    top = max((max(r["probs"]) for r in example.variants), default=0.0)
+    top = max((confidence(r) for r in example.variants), default=0.0)
     return (-example.share, -top, example.dataset, example.group_id)
 
 
@@ -89,7 +94,7 @@ def family_examples(records: Sequence[Mapping[str, Any]], family: str, orig: Map
         hit = [r for r, v in values if v > 0]
         if not hit:
             continue
-        hit.sort(key=lambda r: (-max(r["probs"]), r["variant"], r["row_id"]))
+        hit.sort(key=lambda r: (-confidence(r), r["variant"], r["row_id"]))
         share = sum(v for _, v in values) / len(values)
         out.append(Example(family, key[0], key[1], BROKEN if metric is None else FLIPPED, share, len(rows),
                            orig[key], tuple(hit[:per_group])))

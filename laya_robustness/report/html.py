@@ -12,6 +12,8 @@ import io
 from typing import Any, Mapping, Sequence
 
 from laya_robustness.families import FLAT, get_family
+from laya_robustness.metrics.accuracy import answer_of, is_correct, is_scored
+from laya_robustness.records import OPEN
 from laya_robustness.report import plots
 from laya_robustness.report.build import Report
 from laya_robustness.report.cells import (
@@ -27,7 +29,7 @@ from laya_robustness.report.cells import (
     verdict_line,
     summary_blocks,
 )
-from laya_robustness.report.examples import HOW, Example
+from laya_robustness.report.examples import HOW, Example, confidence
 
 #: Thumbnails are at most this many pixels on their longest side.
 THUMBNAIL_PX = 160
@@ -152,20 +154,29 @@ def _options(row, record: Mapping[str, Any]) -> str:
     return f'<table class="opts">{"".join(lines)}</table>'
 
 
+def _open_answer(record: Mapping[str, Any]) -> str:
+    """An open-answer row's generated answer and the accepted ones."""
+    accepted = ", ".join(record.get("answers") or []) or "-"
+    return (f'<table class="opts"><tr class="answer{" right" if record.get("correct") else ""}"><td>answer</td>'
+            f'<td>{e(record.get("raw_answer", record.get("answer", "")))}</td></tr>'
+            f'<tr><td>accepted</td><td class="gold">{e(accepted)}</td></tr></table>')
+
+
 def _side(record: Mapping[str, Any], row, kind: str, title: str) -> str:
     if row is None:
         body = '<div class="noimg">no data</div>'
-        text = (f'<div class="muted">answer {record["argmax"]}, label {record["label"]}, '
-                f'p = {", ".join(f"{p:.3f}" for p in record["probs"])}</div>')
+        text = (f'<div class="muted">answer {e(answer_of(record))}, label {record["label"]}, '
+                f'p = {", ".join(f"{p:.3f}" for p in record["probs"]) or "-"}</div>')
     else:
         imgs = "".join(f'<img src="{thumbnail_uri(im)}" alt="{e(kind)} image {i}">' for i, im in enumerate(row.images))
         body = imgs or '<div class="noimg">no image</div>'
         context = f'<div class="q">{e(row.context)}</div>' if row.context else ""
-        text = f'{context}<div class="q">{e(row.question)}</div>{_options(row, record)}'
-    right = "right" if record["label"] >= 0 and record["argmax"] == record["label"] else (
-        "no label" if record["label"] < 0 else "wrong")
-    return (f'<figure class="side {e(kind)}"><figcaption><b>{e(title)}</b> <span class="muted">({right}, '
-            f'p<sub>max</sub> {max(record["probs"]):.3f})</span></figcaption>{body}{text}</figure>')
+        answer = _open_answer(record) if record.get("primitive") == OPEN else _options(row, record)
+        text = f'{context}<div class="q">{e(row.question)}</div>{answer}'
+    right = ("right" if is_correct(record) else "wrong") if is_scored(record) else "no label"
+    p_max = f', p<sub>max</sub> {confidence(record):.3f}' if record["probs"] else ""
+    return (f'<figure class="side {e(kind)}"><figcaption><b>{e(title)}</b> <span class="muted">({right}{p_max})'
+            f'</span></figcaption>{body}{text}</figure>')
 
 
 def _example(ex: Example, rows: Mapping[str, Any]) -> str:

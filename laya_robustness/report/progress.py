@@ -2,10 +2,10 @@
 
 ``scoring_progress(config, device, label, n_rows)`` gives the session a tracker with ``update(n)``
 (called after each scored chunk) and ``close()``. Nothing is shown on an xdist worker (the
-controller prints the results), under ``-q``, or without pytest's terminal. On a terminal a tqdm bar
-counts rows and rows/s; otherwise (a CI log) one line per family and set is written when it is done,
-no carriage returns. Output goes through pytest's terminal writer with capturing suspended, as live
-logging does.
+controller prints the results), under ``-q``, without pytest's terminal, or for no rows (a family
+that builds no variant of a set). On a terminal a tqdm bar counts rows and rows/s; otherwise (a CI
+log) one line per family and set is written when it is done, no carriage returns. Output goes
+through pytest's terminal writer with capturing suspended, as live logging does.
 
 >>> lines = []
 >>> tracker = LineProgress(lines.append, "text/vsr (cpu)", 40, clock=iter([0.0, 2.0]).__next__)
@@ -87,7 +87,7 @@ class BarProgress:
 
 def scoring_progress(config, device: str, label: str, total: int):
     """The tracker of scoring ``total`` rows of ``label`` (family/dataset) on ``device`` in this pytest run."""
-    if hasattr(config, "workerinput") or config.getoption("verbose", 0) < 0:
+    if hasattr(config, "workerinput") or config.getoption("verbose", 0) < 0 or total == 0:
         return Quiet()
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
