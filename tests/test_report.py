@@ -354,3 +354,20 @@ def test_without_data_or_limits_the_report_says_so(run, tmp_path):
     page = html_path.read_text()
     assert "no limits were checked" in page and "the examples show no images" in page
     assert "data:image/png" not in page and 'class="noimg">no data' in page
+
+
+def test_open_answer_rows_are_shown_by_their_text(tmp_path):
+    def rec(group, family, variant, answer, correct):
+        return {"row_id": f"{group}|{family}|{variant}", "group_id": group, "cluster": group, "dataset": "vqa",
+                "family": family, "variant": variant, "primitive": "open", "label": -1, "argmax": -1, "logits": [],
+                "probs": [], "meta": {}, "raw_answer": answer.title(), "answer": answer, "answers": ["red"],
+                "correct": correct, "n_images": 1}
+
+    recs = [rec("a", ORIG, ORIG, "red", True), rec("a", "text", "prefix", "blue", False),
+            rec("a", "text", "suffix", "red", True)]
+    (example,) = select_examples(recs)["text"]
+    assert (example.share, [r["variant"] for r in example.variants]) == (0.5, ["prefix"])
+    assert reliability(recs) == []  # no probabilities to bin
+    summary = summarize(recs, n_boot=10, n_boot_ece=5)
+    page = write_report(tmp_path, summary, recs)[0].read_text()
+    assert "answer blue, label -1" in page and "(wrong)" in page and "(right)" in page
