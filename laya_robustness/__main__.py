@@ -1,4 +1,4 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,fixtures,export-parquet}``.
+"""Command line: ``python -m laya_robustness {summarize,floor,report,fixtures,export-parquet}``.
 
 Exit codes: 0 done, 4 a usage error (a bad or unreadable input file, a bad argument), printed as one line.
 """
@@ -77,6 +77,20 @@ def _summarize(args) -> int:
 
 def _floor(args) -> int:
     return print_floor(args.predictions, sims=args.sims, seed=args.seed)
+
+
+def _report(args) -> int:
+    from laya_robustness.report import render_files
+
+    thresholds = args.thresholds
+    if thresholds is not None and not thresholds.is_file():
+        raise FileNotFoundError(f"--thresholds: no such file {thresholds}")
+    paths = render_files(args.predictions, args.out, baseline=args.baseline, data=args.data,
+                         thresholds=thresholds if thresholds is not None else Path("thresholds.toml"),
+                         limitations=args.limitations)
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
 
 
 def _fixture_rows(args) -> int:
@@ -177,6 +191,22 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--plant-rate", type=float, default=0.05, help="share of FAMILY's answers moved (default: 0.05)")
     c.add_argument("pytest_args", nargs="*", help="more options for every gate run (after --)")
     c.set_defaults(run=_calibrate)
+    rp = sub.add_parser("report", help="render report.html and summary.md from a predictions file, no model")
+    rp.add_argument("predictions", type=Path, help="predictions.jsonl.gz (its summary.json and invariance.json "
+                    "beside it are read when present)")
+    rp.add_argument("--baseline", type=Path, default=None, metavar="PRED",
+                    help="another run's predictions.jsonl.gz (or summary.json) to compare with")
+    rp.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write (default: beside the "
+                    "predictions)")
+    rp.add_argument("--data", type=Path, default=None, metavar="DIR",
+                    help="the rows the run scored, to rebuild the shown examples with their images (default: the "
+                    "summary meta's data; without it the examples show no images)")
+    rp.add_argument("--thresholds", type=Path, default=None, metavar="FILE",
+                    help="the limits the verdicts are computed with (default: ./thresholds.toml if present, else "
+                    "no verdicts)")
+    rp.add_argument("--limitations", default="auto", metavar="auto|none|FILE",
+                    help="overlay of known limitations, as the gate's --limitations (default: auto)")
+    rp.set_defaults(run=_report)
     f = sub.add_parser("fixtures", help="re-make the embedded default (rows, checkpoint)")
     fsub = f.add_subparsers(dest="what", required=True)
     r = fsub.add_parser("rows", help="draw the fixture validation rows")

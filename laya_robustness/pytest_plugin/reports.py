@@ -1,5 +1,5 @@
 """Write a gate run's reports: predictions.jsonl.gz, summary.json, checks.json (every check's result and
-decision) and invariance.json, per device.
+decision) and invariance.json per device, then report.html and summary.md (``laya_robustness.report``).
 
 Every file is written atomically (a temporary file in the same folder, then a rename), so a reader
 never sees half a report. A run that did not finish (interrupted, stopped early, a harness error)
@@ -23,7 +23,7 @@ from laya_robustness.report_meta import invariance_meta, run_meta
 from laya_robustness.summary import summarize
 
 #: The files a run writes in a report folder (what a complete run cleans up when it does not rewrite them).
-REPORT_FILES = ("summary.json", "predictions.jsonl.gz", "invariance.json", "checks.json")
+REPORT_FILES = ("summary.json", "predictions.jsonl.gz", "invariance.json", "checks.json", "report.html", "summary.md")
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -91,6 +91,10 @@ def write_reports(session) -> list[Path]:
         atomic_write(target, data)
         written.append(target)
     session.kept_previous_report = keep_previous
+
+    from laya_robustness.report.gate import write_gate_reports  # report.html and summary.md: laya_robustness.report
+
+    written += write_gate_reports(session, incomplete=keep_previous)
     if complete:
         _remove_stale(session, set(written))
     return written

@@ -17,6 +17,7 @@ from laya_robustness.families import build_variants, declared, get_family
 from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
 from laya_robustness.pytest_plugin.options import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL, read_settings, resolve
 from laya_robustness.records import ORIG, Record
+from laya_robustness.report.progress import scoring_progress
 from laya_robustness.rows import RowError
 from laya_robustness.run import Scoring, load_source_rows
 from laya_robustness.summary import summarize, summary_cell
@@ -319,6 +320,7 @@ class RobustnessSession:
         rows = self.family_rows(family, dataset)
         scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         store = self.records.setdefault(device, {})
+        progress = scoring_progress(self.config, device, f"{family}/{dataset}", len(rows))
         for chunk in scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size):
             keys = [row_key(journal.config, rows[i]) for i in chunk]
             missing = [j for j, k in enumerate(keys) if k not in journal.known]
@@ -336,6 +338,8 @@ class RobustnessSession:
                 journal.append((keys[j], scored[j]) for j in missing)
             for rec in scored:
                 store[rec.row_id] = rec
+            progress.update(len(chunk))
+        progress.close()
         self._scored.add(key)
 
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
