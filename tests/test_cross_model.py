@@ -166,3 +166,25 @@ def test_the_entropies_can_be_added_as_features():
     features = out["datasets"]["synth_choice"]["predictors"][0]["features"]
     assert features[-3:] == ["entropy:visual", "entropy:phrasing", "entropy:language"]
     assert list(out["datasets"]) == ["synth_choice"]  # one dataset: no pooled block
+
+
+def test_the_predictor_table_says_when_the_precision_is_never_reached():
+    from laya_robustness.stability_tables import format_cross_model
+
+    def predictor(source, target, recall, best):
+        reading = {"recall": recall, "threshold": None, "best_precision": best}
+        return {"source": source, "target": target, "features": ["stable:shift"], "n_train": 30, "n_test": 10,
+                "target_acc_test": 0.8, "precision": 0.92, "reason": None,
+                "result": {"predictor": reading, "confidence": {**reading, "recall": None},
+                           "confidence_precision_at_predictor_recall": None if recall is None else 0.87}}
+
+    cross = {"models": ["A", "B"], "datasets": {"d": {"mcc": {"visual": {"models": ["A", "B"],
+                                                                         "matrix": [[1.0, 0.3], [0.3, 1.0]]}},
+                                                      "predictors": [predictor("A", "B", 0.4, 1.0),
+                                                                     predictor("B", "A", None, 0.75)]}}}
+    lines = format_cross_model(cross).splitlines()
+    assert lines[1:4] == ["model  A     B", "A      1.00  0.30", "B      0.30  1.00"]
+    a_to_b = next(line for line in lines if line.startswith("A -> B"))
+    b_to_a = next(line for line in lines if line.startswith("B -> A"))
+    assert "0.400" in a_to_b and "0.870" in a_to_b and "not reached (best precision 1.000)" in a_to_b
+    assert "not reached (best precision 0.750)" in b_to_a

@@ -317,3 +317,18 @@ def test_width_bins_are_equal_intervals_of_the_range():
         discretize([1.0], 2, "log")
     with pytest.raises(ValueError, match="n_bins must be an int >= 1"):
         discretize([1.0], 0)
+
+
+def test_the_result_holds_only_plain_python_types():
+    def walk(value):
+        if isinstance(value, dict):
+            assert all(type(k) is str for k in value)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        else:
+            assert value is None or type(value) in (int, float, str, bool), (value, type(value))
+
+    walk(stability_analysis(hand_records(), MODALITY_OF))
