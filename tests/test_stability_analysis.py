@@ -60,18 +60,18 @@ def hand_records() -> list[dict]:
 
 def test_answer_of_is_the_argmax_or_the_normalised_answer_text():
     assert answer_of(rec("g", "orig", "orig", 1)) == 1
-    texts = ["Red", "red.", "  RED ", "red..."]
-    assert {answer_of({"argmax": 0, "answer": t}) for t in texts} == {"red"}
-    assert answer_of({"argmax": 0, "answer": "two  cats"}) == answer_of({"argmax": 0, "answer": "Two cats."})
+    texts = ["Red", "red.", "  RED ", "red...", "red!"]
+    assert {answer_of({"argmax": -1, "answer": t}) for t in texts} == {"red"}
+    assert answer_of({"argmax": -1, "answer": "two  cats"}) == answer_of({"argmax": -1, "answer": "Two cats."})
     with pytest.raises(PredictionError, match=r"d/9: field 'answer': expected a string"):
-        answer_of({"row_id": "d/9", "argmax": 0, "answer": 3})
+        answer_of({"row_id": "d/9", "argmax": -1, "answer": 3})
 
 
 def test_is_correct_for_choice_rows_open_rows_and_rows_without_a_label():
     assert is_correct(rec("g", "orig", "orig", 1, label=1)) is True
     assert is_correct(rec("g", "orig", "orig", 0, label=1)) is False
     assert is_correct(rec("g", "orig", "orig", 0, label=-1)) is None
-    open_row = {"argmax": 0, "label": -1, "primitive": "open", "answer": "red"}
+    open_row = {"argmax": -1, "label": -1, "primitive": "open", "answer": "red"}
     assert is_correct({**open_row, "correct": True}) is True
     assert is_correct({**open_row, "correct": False}) is False
     assert is_correct(open_row) is None
@@ -209,8 +209,9 @@ def test_the_default_modalities_come_from_the_declarations():
 
 
 def open_rec(group: str, family: str, variant: str, answer: str, correct: bool) -> dict:
-    return {**rec(group, family, variant, 0, -1), "primitive": "open", "logits": [0.0], "probs": [1.0],
-            "answer": answer, "correct": correct}
+    """An open-answer record as the scorer writes it: no logits, label and argmax -1, the generated text."""
+    return {**rec(group, family, variant, 0, -1), "primitive": "open", "logits": [], "probs": [], "argmax": -1,
+            "raw_answer": answer, "answer": answer, "answers": ["red"], "correct": correct}
 
 
 def test_open_rows_compare_normalised_answer_texts_and_use_their_correct_field():

@@ -23,14 +23,12 @@ RATE = {"shift": 0.5, "pad_crop": 0.4, "rephrase": 0.5, "language": 0.6, "text_o
 DATASETS = {
     "synth_yesno": ("noul", 2, ("counting", "attributes")),
     "synth_choice": ("choice", 4, ("counting", "spatial", "scene")),
-    "synth_open": ("open", 1, ("reading",)),
+    "synth_open": ("open", 2, ("reading",)),  # 2: only for the discarded logits
 }
 COLOURS = ("red", "green", "blue", "yellow")
 
 
 def _probs(k: int, argmax: int, confidence: float) -> list[float]:
-    if k == 1:
-        return [1.0]
     rest = (1.0 - confidence) / (k - 1)
     return [round(confidence if i == argmax else rest, 5) for i in range(k)]
 
@@ -45,8 +43,9 @@ def _record(dataset, i, family, variant, *, answer, label, confidence, primitive
         "logits": [round(math.log(max(p, 1e-6)), 4) for p in probs], "probs": probs,
         "argmax": 0 if primitive == "open" else answer, "category": category, "meta": {},
     }
-    if primitive == "open":
-        record.update(answer=COLOURS[answer].capitalize() + ".", correct=answer == 0)
+    if primitive == "open":  # as the scorer writes it: the generated text, its normalised form, no logits
+        record.update(logits=[], probs=[], argmax=-1, raw_answer=COLOURS[answer].capitalize() + ".",
+                      answer=COLOURS[answer], answers=[COLOURS[0]], correct=answer == 0)
     return record
 
 
@@ -55,7 +54,7 @@ def synthetic_records(model: str, n_groups: int = 120, *, weight: float = 0.8, s
     """The records of one synthetic model: an orig record and the variants of FAMILIES per group.
 
     ``weight`` is w, the share of fragility that all models have in common (0: unrelated models).
-    An open-answer dataset's gold answer is "red" (answer index 0); its records carry "answer" and "correct".
+    An open-answer dataset's gold answer is "red" (answer index 0); its records carry the open-answer fields.
     """
     out = []
     for dataset in datasets:

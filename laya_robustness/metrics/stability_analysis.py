@@ -27,6 +27,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from laya_robustness.answers import normalize_answer
 from laya_robustness.records import PredictionError, Record, parse_records
 
 #: The modalities in table order (the paper's V, P, L); a family's declaration names its own.
@@ -46,28 +47,20 @@ BINNINGS = ("quantile", "width")
 # -- answers and correctness ------------------------------------------------------------------------
 
 
-def normalise_answer(text: str) -> str:
-    """An answer text as it is compared: case folded, inner whitespace collapsed, trailing dots removed.
-
-    >>> normalise_answer("  Two  Cats. ")
-    'two cats'
-    """
-    return " ".join(str(text).split()).rstrip(".").strip().casefold()
-
-
 def answer_of(record: Mapping[str, Any]) -> Hashable:
-    """The answer a record gives: its normalised ``"answer"`` text when it has one (open rows), else its argmax.
+    """The answer a record gives: its ``"answer"`` text when it has one (an open-answer row), normalised by
+    ``laya_robustness.answers.normalize_answer`` (case, white-space, trailing punctuation), else its argmax.
 
     >>> answer_of({"argmax": 2, "label": 1})
     2
-    >>> answer_of({"argmax": 0, "label": -1, "primitive": "open", "answer": "Red."})
+    >>> answer_of({"argmax": -1, "label": -1, "primitive": "open", "answer": "Red."})
     'red'
     """
     if "answer" in record:
         answer = record["answer"]
         if not isinstance(answer, str):
             raise PredictionError(str(record.get("row_id", "?")), "answer", f"expected a string, got {answer!r}")
-        return normalise_answer(answer)
+        return normalize_answer(answer)
     return record["argmax"]
 
 
@@ -77,7 +70,7 @@ def is_correct(record: Mapping[str, Any]) -> bool | None:
 
     >>> is_correct({"argmax": 1, "label": 1}), is_correct({"argmax": 0, "label": -1})
     (True, None)
-    >>> is_correct({"argmax": 0, "label": -1, "primitive": "open", "answer": "red", "correct": False})
+    >>> is_correct({"argmax": -1, "label": -1, "primitive": "open", "answer": "red", "correct": False})
     False
     """
     if "correct" in record:
@@ -91,8 +84,8 @@ def is_correct(record: Mapping[str, Any]) -> bool | None:
 
 
 def confidence_of(record: Mapping[str, Any]) -> float | None:
-    """The confidence of a record: its largest calibrated probability, max_k probs_k; None for a record with a
-    single probability (an open-answer row's [1.0] says nothing about its answer)."""
+    """The confidence of a record: its largest calibrated probability, max_k probs_k; None for a record with
+    fewer than two (an open-answer row has none)."""
     probs = record["probs"]
     return float(max(probs)) if len(probs) >= 2 else None
 
