@@ -28,7 +28,13 @@ from laya_robustness.metrics.bootstrap import cluster_index, ece_ci, mean_ci, me
 from laya_robustness.metrics.calibration import ece
 from laya_robustness.metrics.floor import floor_block
 from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline, headline_values
+from laya_robustness.metrics.stability_analysis import stability_analysis
 from laya_robustness.records import ORIG, Record, parse_records
+
+
+#: The one-model stability analyses (answer entropy, stable shares, Tables 5, 7 and 8 of the stability
+#: study, the mutual-information ratio) of every dataset with variants of a family that has a modality.
+STABILITY_ANALYSIS = "stability_analysis"
 
 
 def _canonical(records: Iterable[Any]) -> list[Record]:
@@ -185,7 +191,8 @@ def summarize(
     ECE uses the records' stored (already calibrated) probs. Each family declared in another block
     than the flat one goes to that block (``{block: {family: {dataset: cell}}}``). With
     ``ece_floor_sims`` > 0, "floor" holds the ECE noise floor (metrics.floor) of every flat cell,
-    drawn with ``seed``. With ``baseline`` records (an earlier run's), "baseline" holds the paired
+    drawn with ``seed``. "stability_analysis" holds the stability study's one-model analyses of the
+    datasets with variants of a family that has a modality (metrics.stability_analysis). With ``baseline`` records (an earlier run's), "baseline" holds the paired
     comparison with them (metrics.baseline). Floats are rounded to 6 d.p.; undefined statistics are None.
     """
     _check_int("n_boot", n_boot, 1)
@@ -211,6 +218,9 @@ def summarize(
                 cells[dataset] = block_cell(decl, rows, orig, boot)
     if ece_floor_sims > 0:
         out["floor"] = floor_block(flat_records(records), sims=ece_floor_sims, seed=seed)
+    analysis = stability_analysis(records)
+    if analysis:
+        out[STABILITY_ANALYSIS] = analysis
     if baseline is not None:
         from laya_robustness.metrics.baseline import baseline_block
 

@@ -92,8 +92,6 @@ def test_scorer_throughput(benchmark, robustness, device, path):
 @pytest.mark.parametrize("path", PATHS)
 def test_smolvlm_256m_shaped_throughput(benchmark, robustness, device, path, tmp_path_factory):
     """The SmolVLM-256M-shaped model (random weights, built from config): 6 photo rows + their option_order variants."""
-    if "slow" not in (robustness.config.option.markexpr or ""):
-        pytest.skip("slow: builds a 0.9 GB model and scores for minutes; select it with -m slow")
     from laya_robustness.scoring import load_scorer
     from laya_robustness.scoring.bench import build_256m_shaped, workload
 

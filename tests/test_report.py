@@ -93,7 +93,8 @@ def test_verdict_of_each_check_by_hand():
 def test_blocks_and_columns_come_from_the_declarations(run):
     summary = run["summary"]
     blocks = summary_blocks(summary)
-    assert blocks[0] == "families" and set(blocks) == {k for k in summary if k not in ("meta", "bootstrap")}
+    not_blocks = ("meta", "bootstrap", "stability_analysis", "floor", "baseline")  # not per-family cells
+    assert blocks[0] == "families" and set(blocks) == {k for k in summary if k not in not_blocks}
     for block in blocks:
         keys = columns_of(summary, block)
         for family in summary[block]:
@@ -105,16 +106,23 @@ def test_blocks_and_columns_come_from_the_declarations(run):
 
 
 def test_offline_verdicts_are_the_gate_checks(run, limits):
-    """evaluate_summary checks what the gate's tests check: evaluate_cell with each cell's limits."""
+    """evaluate_summary checks what the gate's tests check: evaluate_cell with each cell's limits, judged as
+    the gate judges them (alpha / m over the m interval-judged limits)."""
+    from laya_robustness.checks import Judgement
+
     summary = run["summary"]
     results = evaluate_summary(summary, limits)
+    cells = [(family, dataset, cell) for block in summary_blocks(summary)
+             for family, by_dataset in summary[block].items() for dataset, cell in by_dataset.items()]
+    m = sum(limits.judge_for(f, d, c) == "interval" for f, d, _ in cells for c in limits.limits_for(f, d))
     expected = []
-    for block in summary_blocks(summary):
-        for family, cells in summary[block].items():
-            for dataset, cell in cells.items():
-                expected += evaluate_cell(family, dataset, cell, limits.limits_for(family, dataset))
+    for family, dataset, cell in cells:
+        judgement = Judgement(lambda check, f=family, d=dataset: limits.judge_for(f, d, check),
+                              limits.gate.alpha_each(m))
+        expected += evaluate_cell(family, dataset, cell, limits.limits_for(family, dataset), judgement)
     assert sorted(map(repr, results)) == sorted(map(repr, expected))
     assert any(not r.passed for r in results) and any(r.passed for r in results)
+    assert {r.decision for r in results} >= {"fail", "pass", "undecided"}
 
 
 def test_an_undeclared_row_of_a_block_is_shown_without_limits(run, limits):

@@ -72,6 +72,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # slow tests (the rotation sweep, the 256M benchmark) run only when -m names them
+    if "slow" not in (config.option.markexpr or ""):
+        skip = pytest.mark.skip(reason="slow: not in the default run; select it with -m slow (e.g. -m 'slow and not gpu')")
+        for item in items:
+            if item.get_closest_marker("slow") is not None:
+                item.add_marker(skip)
     session = robustness_session(config)
     if session.usage_error is not None or any("robustness" in getattr(i, "fixturenames", ()) for i in items):
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs

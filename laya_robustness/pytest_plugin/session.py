@@ -403,6 +403,9 @@ class RobustnessSession:
             n = self.settings.invariance_rows
             rows_by_dataset = self.caption_rows if source == "captions" else self.rows
             rows = [r for name in rows_by_dataset for r in rows_by_dataset[name][:n]]
+            if not rows:
+                what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
+                pytest.skip(f"no {what} to score {condition} on")
             self._invariance[key] = InvarianceRun(self.scorer(device, source), rows, self.settings.batch_size,
                                                   self.settings.temperatures)
         try:

@@ -17,7 +17,7 @@ borderline) or xpass (one that now passes clearly).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from laya_robustness.checks import INVARIANCE, CheckResult, evaluate_cell, evaluate_invariance
@@ -33,6 +33,8 @@ UNCHECKED = "unchecked"
 #: known(family, dataset, check) -> the reason of a declared known limitation, or None.
 Known = Callable[[str, str, str], "str | None"]
 _RESULT_FIELDS = tuple(f.name for f in fields(CheckResult))
+#: The fields a check result must have; the others (judge, decision, se...) have defaults.
+_REQUIRED_FIELDS = tuple(f.name for f in fields(CheckResult) if f.default is MISSING and f.default_factory is MISSING)
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,10 @@ def as_result(result: CheckResult | Mapping[str, Any]) -> CheckResult:
     """A CheckResult from itself or from its dict form (the session's results carry a ``device`` too)."""
     if isinstance(result, CheckResult):
         return result
-    missing = [k for k in _RESULT_FIELDS if k not in result]
+    missing = [k for k in _REQUIRED_FIELDS if k not in result]
     if missing:
         raise ValueError(f"check result {dict(result)!r} lacks {', '.join(missing)}")
-    values = {k: result[k] for k in _RESULT_FIELDS}
+    values = {k: result[k] for k in _RESULT_FIELDS if k in result}
     if values["interval"] is not None:
         values["interval"] = tuple(values["interval"])
     return CheckResult(**values)
