@@ -27,10 +27,26 @@ def _varied(rows):
     return out
 
 
+def _with_user_variants(rows):
+    """Every third row carries a user rephrasing and a user translation, so the user variants fire too."""
+    return [dataclasses.replace(r, meta={**r.meta, "rephrasings": [f"Please answer this: {r.question}"],
+                                         "translations": {"nl": f"{r.question} (in het Nederlands)"}})
+            if i % 3 == 0 else r for i, r in enumerate(rows)]
+
+
+def _what_is(rows):
+    """Every other row asks "What is the colour of the <shape>?" (the form of the tell_me rephrasing)."""
+    return [dataclasses.replace(r, question=r.question.replace("Which colour does", "What is the colour of")
+                                .replace(" have?", "?")) if i % 2 else r for i, r in enumerate(rows)]
+
+
 @pytest.fixture(scope="module")
 def records():
-    sources = {"choice": _varied(generate_rows("colour_choice", 24, seed=3)),
-               "noul": generate_rows("exists_yesno", 24, seed=3)}
+    sources = {"choice": _with_user_variants(_varied(generate_rows("colour_choice", 24, seed=3))),
+               "noul": _with_user_variants(generate_rows("exists_yesno", 24, seed=3)),
+               # the other question forms, so every rephrasing rule fires
+               "count": generate_rows("count_choice", 8, seed=3), "left_of": generate_rows("left_of_yesno", 8, seed=3),
+               "context": _what_is(generate_rows("context_choice", 8, seed=3))}
     scorer = OracleScorer("fake", margin=1.0, noise=1.0)
     out = []
     for rows in sources.values():
@@ -97,7 +113,18 @@ def label_flip(rows, orig):
     return _mean(flips)
 
 
-RECOMPUTE = {"acc": lambda rows, orig: acc(rows), "delta": delta, "flip": flip, "asr": asr}
+def av(rows, orig):
+    """Stability AV, pooled over every paired row: the share whose argmax differs from the orig argmax."""
+    return _mean(r["argmax"] != orig[(r["dataset"], r["group_id"])]["argmax"] for r in rows
+                 if (r["dataset"], r["group_id"]) in orig)
+
+
+def v(rows, orig):
+    """Stability V: over groups with an orig row, the share with at least one changed answer."""
+    return _mean(any(r["argmax"] != orig[g]["argmax"] for r in rs) for g, rs in _groups(rows).items() if g in orig)
+
+
+RECOMPUTE = {"acc": lambda rows, orig: acc(rows), "delta": delta, "flip": flip, "asr": asr, "av": av, "v": v}
 
 
 def test_every_declared_variant_fires(records):
