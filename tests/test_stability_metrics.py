@@ -11,6 +11,7 @@ from fakes import OracleScorer
 from laya_robustness.families import build_variants, get_family
 from laya_robustness.fixture_rows import generate_rows
 from laya_robustness.metrics.bootstrap import cluster_index, resample_counts
+from laya_robustness.metrics.headline import headline_values
 from laya_robustness.metrics.stability import (
     AV,
     V,
@@ -18,7 +19,6 @@ from laya_robustness.metrics.stability import (
     any_visual_cell,
     changed,
     headline_intervals,
-    headline_values,
     is_right,
     overlay_cell,
     rotation_cell,

@@ -73,9 +73,7 @@ def font_size(text: str, size: tuple[int, int]) -> int:
 
 def overlay_image(image: Image.Image, text: str) -> tuple[Image.Image, int]:
     """An RGB copy of the image with ``text`` in red across its centre, and the font size used."""
-    out = image.convert("RGB")
-    if out is image:
-        out = image.copy()
+    out = image.convert("RGB")  # always a new image, so the source is never drawn on
     s = font_size(text, out.size)
     ImageDraw.Draw(out).text((out.size[0] / 2, out.size[1] / 2), text, font=_font(s), fill=COLOUR, anchor="mm")
     return out, s

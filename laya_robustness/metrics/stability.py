@@ -55,9 +55,6 @@ NOUL_TRUTH = ("no", "yes")
 OPEN_TRUTH = "open"
 ROTATION_CLASSES = {True: "variant", False: "invariant"}
 
-__all__ = ["AV", "V", "changed", "is_right", "truth_of", "stability_cell", "overlay_cell", "rotation_cell",
-           "any_visual_cell", "headline_intervals", "headline_values"]
-
 
 def changed(record: Record, orig: Record) -> bool:
     """Whether ``record`` answered differently from its orig record (argmax, or normalised answer text)."""
@@ -204,12 +201,14 @@ def _angle(record: Record) -> float:
 
 
 def _rotation_class(rows: Sequence[Record], orig: Orig) -> dict:
+    """AV and V of one question class, and per angle (in numeric order) the share of changed answers."""
     by_variant = _by_variant(rows)
-    angles = sorted(by_variant, key=lambda v: _angle(by_variant[v][0]))
-    out = headline_values(STABILITY, rows, orig)
-    out["angles"] = {v: {"angle": _angle(by_variant[v][0]), "n_paired": len(_paired(by_variant[v], orig)),
-                         "av": _mean(changed(r, o) for r, o in _paired(by_variant[v], orig))} for v in angles}
-    return out
+    angles = {}
+    for v in sorted(by_variant, key=lambda v: _angle(by_variant[v][0])):
+        pairs = _paired(by_variant[v], orig)
+        angles[v] = {"angle": _angle(by_variant[v][0]), "n_paired": len(pairs),
+                     "av": _mean(changed(r, o) for r, o in pairs)}
+    return {**headline_values(STABILITY, rows, orig), "angles": angles}
 
 
 def rotation_cell(rows: Sequence[Record], orig: Orig) -> dict:
