@@ -68,8 +68,8 @@ def test_markers_are_registered(gate):
 
 def test_gate_passes_writes_reports_and_prints_the_table(gate):
     result = run(gate, "--families", "option_order,image_shuffle", "-rs")
-    # 12 family modules x 2 sets x (cpu, gpu): 24 gpu skips, 18 cpu skips for families not selected
-    result.assert_outcomes(passed=6, skipped=42)
+    # 21 family modules x 2 sets x (cpu, gpu): 42 gpu skips, 36 cpu skips for families not selected
+    result.assert_outcomes(passed=6, skipped=78)
     result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
                                  "colour_choice*[[]ok[]]*"])
     result.stdout.fnmatch_lines(["*short test summary info*", "SKIPPED*CUDA is not available*"])
@@ -82,7 +82,7 @@ def test_gate_passes_writes_reports_and_prints_the_table(gate):
 
 def test_gpu_tests_skip_with_a_reason_naming_cuda(gate):
     result = run(gate, "-m", "gpu", "-rs", "--families", "option_order")
-    result.assert_outcomes(skipped=24)  # 12 family modules x 2 sets, each gpu item
+    result.assert_outcomes(skipped=42)  # 21 family modules x 2 sets, each gpu item
     result.stdout.fnmatch_lines(["*CUDA is not available*"])
 
 
