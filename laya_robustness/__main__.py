@@ -1,4 +1,4 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,fixtures}``.
+"""Command line: ``python -m laya_robustness {summarize,floor,report,stability,calibrate-gate,fixtures,export-parquet}``.
 
 Exit codes: 0 done, 4 a usage error (a bad or unreadable input file, a bad argument), printed as one line.
 """
@@ -59,12 +59,128 @@ def print_floor(predictions_path: str | Path, sims: int = 200, seed: int = 0) ->
     return 0
 
 
+def _calibrate(args) -> int:
+    from laya_robustness.calibrate import calibrate, format_calibration
+
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+    result = calibrate(args.seeds, args.out, args.pytest_args, plant=args.plant, plant_rate=args.plant_rate)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "calibration.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(format_calibration(result))
+    return 0
+
+
+def model_names(paths: list[Path]) -> list[str]:
+    """A name per predictions file: its folder's name, or the path itself when two folders share a name."""
+    names = [p.parent.name or str(p) for p in paths]
+    return names if len(set(names)) == len(names) else [str(p) for p in paths]
+
+
+def parse_modalities(text: str | None) -> dict[str, str | None]:
+    """The declared family -> modality mapping, updated by ``"family=modality,..."`` (``none`` removes one)."""
+    from laya_robustness.metrics.stability_analysis import MODALITIES, default_modalities
+
+    out = default_modalities()
+    for item in filter(None, (text or "").split(",")):
+        family, sep, modality = item.strip().partition("=")
+        if not sep or not family or modality not in (*MODALITIES, "none"):
+            raise ValueError(f"--modalities: {item!r} is not family=modality with a modality of "
+                             f"{', '.join(MODALITIES)} or none")
+        out[family] = None if modality == "none" else modality
+    return out
+
+
+def stability_report(paths: list[Path], *, names: list[str] | None = None, modalities: str | None = None,
+                     seed: int | None = None, precision: float = 0.92, bins: int = 10, binning: str = "quantile",
+                     with_entropy: bool = False, json_out: Path | None = None, layerwise: dict | None = None) -> int:
+    """Print the stability tables of each predictions file and, for two or more, the cross-model tables;
+    with ``layerwise`` (model, data, families, scorer, device, max_groups, rows_per_set) the layerwise
+    divergence of the first file. ``json_out`` gets every number as JSON. Returns 0."""
+    from laya_robustness.metrics.cross_model import check_same_rows, cross_model_analysis
+    from laya_robustness.metrics.stability_analysis import stability_analysis
+    from laya_robustness.predictions import read_predictions
+    from laya_robustness.stability_tables import format_cross_model, format_layerwise, format_stability
+
+    names = names or model_names(paths)
+    if len(names) != len(paths) or len(set(names)) != len(names):
+        raise ValueError(f"--names: need {len(paths)} distinct names, got {names}")
+    modality_of = parse_modalities(modalities)
+    seed = seed if seed is not None else int(sibling_meta(paths[0]).get("seed", 0))
+    records = {name: read_predictions(path) for name, path in zip(names, paths)}
+    check_same_rows(records)
+    out: dict = {"models": {}}
+    for name, recs in records.items():
+        out["models"][name] = stability_analysis(recs, modality_of, n_bins=bins, binning=binning)
+        print(format_stability(out["models"][name], name) + "\n")
+    if len(records) > 1:
+        try:
+            out["cross_model"] = cross_model_analysis(records, modality_of, seed=seed, precision=precision,
+                                                      with_entropy=with_entropy)
+        except ImportError as exc:
+            raise ValueError(f"{exc}; the correctness predictor needs scikit-learn: "
+                             "pip install 'laya-robustness[analysis]'") from exc
+        print(format_cross_model(out["cross_model"]) + "\n")
+    if layerwise is not None:
+        out["layerwise"] = layerwise_report(paths[0], modality_of=modality_of, **layerwise)
+        print(format_layerwise(out["layerwise"]))
+    if json_out is not None:
+        json_out.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return 0
+
+
+def layerwise_report(predictions: Path, *, model: str, data: Path, families: list[str], scorer: str = "hf",
+                     device: str = "cpu", max_groups: int = 0, seed: int | None = None,
+                     rows_per_set: int | None = None, modality_of: dict | None = None) -> dict:
+    """The layerwise divergence of a predictions file, its rows re-built from ``data`` and scored by ``model``."""
+    from laya_robustness.families import get_family
+    from laya_robustness.layerwise import layerwise_from_predictions
+    from laya_robustness.scoring import load_scorer
+
+    for family in families:
+        try:
+            get_family(family)
+        except KeyError as exc:
+            raise ValueError(f"--families: {exc.args[0]}") from None
+    return layerwise_from_predictions(predictions, data, families, scorer=load_scorer(scorer, model, device=device),
+                                      seed=seed, rows_per_set=rows_per_set, max_groups=max_groups,
+                                      modality_of=modality_of)
+
+
 def _summarize(args) -> int:
     return summarize_file(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
 
 
 def _floor(args) -> int:
     return print_floor(args.predictions, sims=args.sims, seed=args.seed)
+
+
+def _report(args) -> int:
+    from laya_robustness.report import render_files
+
+    thresholds = args.thresholds
+    if thresholds is not None and not thresholds.is_file():
+        raise FileNotFoundError(f"--thresholds: no such file {thresholds}")
+    paths = render_files(args.predictions, args.out, baseline=args.baseline, data=args.data,
+                         thresholds=thresholds if thresholds is not None else Path("thresholds.toml"),
+                         limitations=args.limitations)
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+def _stability(args) -> int:
+    layerwise = None
+    if args.layerwise:
+        missing = [flag for flag, value in (("--model", args.model), ("--data", args.data),
+                                            ("--families", args.families)) if not value]
+        if missing:
+            raise ValueError(f"--layerwise needs {', '.join(missing)}")
+        layerwise = {"model": args.model, "data": args.data, "scorer": args.scorer, "device": args.device,
+                     "families": [f.strip() for f in args.families.split(",") if f.strip()],
+                     "max_groups": args.max_groups, "seed": args.seed, "rows_per_set": args.rows_per_set}
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    return stability_report(args.predictions, names=names, modalities=args.modalities, seed=args.seed,
+                            precision=args.precision, bins=args.bins, binning=args.binning,
+                            with_entropy=args.with_entropy, json_out=args.json, layerwise=layerwise)
 
 
 def _fixture_rows(args) -> int:
@@ -111,7 +227,36 @@ def _fixture_clip(args) -> int:
     return 0
 
 
+def _export_parquet(args) -> int:
+    from laya_robustness.loaders.export import export_parquet
+    from laya_robustness.loaders.settings import LoadSettings
+
+    settings = LoadSettings(args.data_map, args.max_image_pixels, args.allow_outside_data)
+    try:
+        paths = export_parquet(args.data, args.out, settings)  # RowError, FileNotFoundError: see main()
+    except ImportError as exc:  # the datasets extra is not installed
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def _option_type(parse):
+    """An argparse type from one of the loaders' option parsers (their ValueError becomes a usage error)."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
 def parser() -> argparse.ArgumentParser:
+    from laya_robustness.loaders import settings as load_settings
+
     p = argparse.ArgumentParser(prog="python -m laya_robustness", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("summarize", help="re-make summary.json from a predictions file, no model")
@@ -126,6 +271,57 @@ def parser() -> argparse.ArgumentParser:
     fl.add_argument("--sims", type=int, default=200, help="calibrated redraws per cell (default: 200)")
     fl.add_argument("--seed", type=int, default=0, help="seed of the redraws (default: 0)")
     fl.set_defaults(run=_floor)
+    c = sub.add_parser("calibrate-gate", help="run the gate under several seeds (and a planted regression) and "
+                       "report its false alarms and its power")
+    c.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default: 10)")
+    c.add_argument("--out", type=Path, default=Path("reports") / "calibration", help="where the runs and "
+                   "calibration.json go (default: reports/calibration)")
+    c.add_argument("--plant", default=None, metavar="FAMILY", help="also run with a planted regression in FAMILY "
+                   "against each seed's unchanged predictions")
+    c.add_argument("--plant-rate", type=float, default=0.05, help="share of FAMILY's answers moved (default: 0.05)")
+    c.add_argument("pytest_args", nargs="*", help="more options for every gate run (after --)")
+    c.set_defaults(run=_calibrate)
+    rp = sub.add_parser("report", help="render report.html and summary.md from a predictions file, no model")
+    rp.add_argument("predictions", type=Path, help="predictions.jsonl.gz (its summary.json and invariance.json "
+                    "beside it are read when present)")
+    rp.add_argument("--baseline", type=Path, default=None, metavar="PRED",
+                    help="another run's predictions.jsonl.gz (or summary.json) to compare with")
+    rp.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write (default: beside the "
+                    "predictions)")
+    rp.add_argument("--data", type=Path, default=None, metavar="DIR",
+                    help="the rows the run scored, to rebuild the shown examples with their images (default: the "
+                    "summary meta's data; without it the examples show no images)")
+    rp.add_argument("--thresholds", type=Path, default=None, metavar="FILE",
+                    help="the limits the verdicts are computed with (default: ./thresholds.toml if present, else "
+                    "no verdicts)")
+    rp.add_argument("--limitations", default="auto", metavar="auto|none|FILE",
+                    help="overlay of known limitations, as the gate's --limitations (default: auto)")
+    rp.set_defaults(run=_report)
+    st = sub.add_parser("stability", help="the stability analyses of one or more predictions files (same rows)")
+    st.add_argument("predictions", type=Path, nargs="+")
+    st.add_argument("--names", default=None, help="comma-separated model names (default: each file's folder)")
+    st.add_argument("--modalities", default=None, metavar="FAMILY=MODALITY,...",
+                    help="override the declared family modalities (visual, phrasing, language or none)")
+    st.add_argument("--seed", type=int, default=None, help="seed of the predictor's split and the layerwise rows "
+                    "(default: the summary.json beside the first file, else 0)")
+    st.add_argument("--precision", type=float, default=0.92, help="precision the predictor's recall is read at "
+                    "(default: 0.92)")
+    st.add_argument("--bins", type=int, default=10, help="bins of the mutual information ratio (default: 10)")
+    st.add_argument("--binning", choices=("quantile", "width"), default="quantile",
+                    help="equal-frequency or equal-width bins (default: quantile)")
+    st.add_argument("--with-entropy", action="store_true", help="add the source's entropies to the predictor")
+    st.add_argument("--json", type=Path, default=None, help="also write every number to this JSON file")
+    st.add_argument("--layerwise", action="store_true", help="the layerwise divergence of the first file "
+                    "(needs --model, --data, --families)")
+    st.add_argument("--model", default=None, help="layerwise: the model that made the first file")
+    st.add_argument("--data", type=Path, default=None, help="layerwise: the rows the first file was scored on")
+    st.add_argument("--families", default=None, help="layerwise: comma-separated families to re-build")
+    st.add_argument("--scorer", default="hf", help="layerwise: hf or a plug-in module:function (default: hf)")
+    st.add_argument("--device", default="cpu", help="layerwise: device of the model (default: cpu)")
+    st.add_argument("--rows-per-set", type=int, default=None, help="layerwise: rows per set of the run "
+                    "(default: the summary.json beside the file, else 0)")
+    st.add_argument("--max-groups", type=int, default=0, help="layerwise: first N groups per dataset (default: all)")
+    st.set_defaults(run=_stability)
     f = sub.add_parser("fixtures", help="re-make the embedded default (rows, checkpoint)")
     fsub = f.add_subparsers(dest="what", required=True)
     r = fsub.add_parser("rows", help="draw the fixture validation rows")
@@ -153,6 +349,19 @@ def parser() -> argparse.ArgumentParser:
                    "clip-anytorch or open-clip-torch wheel) or a directory with vocab.json + merges.txt "
                    "(default: the committed laya_fixtures/tiny-clip)")
     k.set_defaults(run=_fixture_clip)
+    e = sub.add_parser("export-parquet", help="write the rows of a --data source as parquet, one file per dataset")
+    e.add_argument("data", type=Path, help="a JSONL manifest, TSV, parquet file, datasets directory, or a directory "
+                   "of them")
+    e.add_argument("out", type=Path, help="the directory to write <dataset>.parquet files into")
+    e.add_argument("--data-map", type=_option_type(load_settings.parse_data_map), default={},
+                   help="field=column pairs for reading a parquet source (default: none)")
+    e.add_argument("--max-image-pixels", type=_option_type(load_settings.parse_max_image_pixels),
+                   default=load_settings.DEFAULT_MAX_IMAGE_PIXELS,
+                   help=f"largest image read, in pixels or megapixels (default: "
+                        f"{load_settings.DEFAULT_MAX_IMAGE_PIXELS})")
+    e.add_argument("--allow-outside-data", type=_option_type(load_settings.parse_allow_outside_data), default=False,
+                   help="yes: read image paths outside the data directory (default: no)")
+    e.set_defaults(run=_export_parquet)
     return p
 
 

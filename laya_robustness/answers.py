@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any, Iterable, Mapping
+from typing import Iterable
 
 TRAILING_PUNCTUATION = ".,;:!?"
 QUOTE_PAIRS = (('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"))
@@ -74,13 +74,3 @@ def is_accepted(answer: str, accepted: Iterable[str]) -> bool:
     target = normalize_answer(answer)
     return any(target == normalize_answer(a) for a in accepted)
 
-
-def answer_of(record: Mapping[str, Any]) -> Any:
-    """What a record answered: its generated ``answer`` text when it has one (open rows), else its ``argmax``."""
-    return record["answer"] if record.get("answer") is not None else record["argmax"]
-
-
-def answer_key(record: Mapping[str, Any]) -> Any:
-    """The answer in the form two records are compared in: the normalised text, or the argmax index."""
-    answer = answer_of(record)
-    return normalize_answer(answer) if isinstance(answer, str) else answer

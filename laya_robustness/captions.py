@@ -1,8 +1,9 @@
 """Caption rows: the COCO-captions and JSONL loaders, and the fixture captions drawn from scene facts.
 
 A caption is a ``Row`` with ``primitive="score"``, ``question=""``, ``options=(caption,)``,
-``label=0``, one image, ``group_id=row_id`` and ``cluster`` naming the image, so every
-caption of one image is resampled together by the bootstrap.
+``label=-1`` (a caption is scored on its own: no option is "the right one", so it has no
+accuracy), one image, ``group_id=row_id`` and ``cluster`` naming the image, so every caption of
+one image is resampled together by the bootstrap.
 
 Fixture captions describe coloured shapes on the fixture grid (``fixture_rows``) in a
 small grammar that :func:`parse_caption` reads back, and each row keeps the scene facts
@@ -250,9 +251,9 @@ def generate_captions(n_images: int, seed: int, dataset: str = CAPTION_SET,
 
 def caption_row(row_id: str, dataset: str, cluster: str, image: Image.Image, caption: str,
                 meta: Mapping[str, Any] | None = None) -> Row:
-    """A caption Row (primitive ``score``, the caption as its only option, label 0)."""
+    """A caption Row (primitive ``score``, the caption as its only option, label -1: no accuracy)."""
     return Row(row_id=row_id, dataset=dataset, group_id=row_id, cluster=cluster, images=(image,), question="",
-               options=(caption,), label=0, primitive=PRIMITIVE, meta=dict(meta or {}))
+               options=(caption,), label=-1, primitive=PRIMITIVE, meta=dict(meta or {}))
 
 
 def write_captions(rows: Sequence[Row], out_dir: Path) -> Path:

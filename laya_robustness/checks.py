@@ -11,8 +11,10 @@ NaN value or interval fails instead of slipping through.
 from __future__ import annotations
 
 import difflib
+import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from laya_robustness.metrics.accuracy import group_means
@@ -24,7 +26,14 @@ INVARIANCE = "invariance"
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One limit checked on one cell; for invariance, family is "invariance" and dataset the condition."""
+    """One limit checked on one cell; for invariance, family is "invariance" and dataset the condition.
+
+    ``decision`` is "fail", "pass" or, for a limit judged on its interval whose evidence goes neither
+    way at the gate's error rate, "undecided" (which does not fail the gate); ``passed`` is
+    ``decision != "fail"``. ``se`` is the statistic's bootstrap standard error, ``z`` its distance past
+    the limit in standard errors (positive: toward a violation), ``rows_needed`` the source rows per set
+    that would tell a 5-point change from none at this error rate (interval-judged checks).
+    """
 
     family: str
     dataset: str
@@ -34,6 +43,15 @@ class CheckResult:
     limit: float
     interval: tuple[float, float] | None
     detail: str
+    judge: str = "point"
+    decision: str = ""
+    se: float | None = None
+    z: float | None = None
+    rows_needed: int | None = None
+
+    def __post_init__(self):
+        if not self.decision:
+            object.__setattr__(self, "decision", "pass" if self.passed else "fail")
 
 
 def _fmt(x: float) -> str:
@@ -103,6 +121,23 @@ def _max_v(family, dataset, cell, limit):
     return _upper(family, dataset, "max_v", cell, limit, "v", "share of samples changed at least once (V)")
 
 
+def _max_e_inv(family, dataset, cell, limit):
+    return _upper(family, dataset, "max_e_inv", cell, limit, "e_inv", "invariance error E_inv")
+
+
+def _min_pr(family, dataset, cell, limit):
+    """The worst attribute's positive rate (``pr_min``, attribute ``pr_min_attribute``) >= limit."""
+    where = _where(family, dataset)
+    value = _metric(cell, "pr_min", "min_pr", where)
+    attribute = cell.get("pr_min_attribute", "?")
+    passed = value >= limit
+    detail = f"positive rate of {attribute} flips {_fmt(value)} {'>=' if passed else '<'} min_pr {_fmt(limit)}"
+    by_attribute = (cell.get("sensitivity") or {}).get("by_attribute", {})
+    ci = (by_attribute.get(attribute) or {}).get("pr_ci")
+    interval = (float(ci[0]), float(ci[1])) if ci else None
+    return CheckResult(family, dataset, "min_pr", passed, value, limit, interval, detail)
+
+
 def _min_acc(family, dataset, cell, limit):
     where = _where(family, dataset)
     value = _metric(cell, "acc", "min_acc", where)
@@ -139,6 +174,17 @@ def _max_drop(family, dataset, cell, limit):
     return CheckResult(family, dataset, "max_drop", passed, value, limit, (lo, hi), detail)
 
 
+def _max_regression(family, dataset, cell, limit):
+    """Against a baseline: fails when the paired accuracy change's whole interval lies below -limit."""
+    where = _where(family, dataset)
+    value = _metric(cell, "acc_diff", "max_regression", where)
+    lo, hi = _interval(cell, "acc_diff_ci", "max_regression", where, True)
+    passed = hi >= -limit
+    detail = (f"accuracy change vs the baseline {value:+.6g}, 95% interval [{_fmt(lo)}, {_fmt(hi)}]; its upper "
+              f"end {'is not' if passed else 'is'} below -max_regression = {_fmt(-limit)}")
+    return CheckResult(family, dataset, "max_regression", passed, value, limit, (lo, hi), detail)
+
+
 def _min_gap(family, dataset, cell, limit):
     """A control: gap = -delta >= limit, and the gap's interval [-delta_ci[1], -delta_ci[0]] excludes 0."""
     where = _where(family, dataset)
@@ -169,6 +215,9 @@ _EVALUATORS: dict[str, Callable[[str, str, Mapping[str, Any], float], CheckResul
     "min_acc_over_chance": _min_acc_over_chance,
     "max_av": _max_av,
     "max_v": _max_v,
+    "max_e_inv": _max_e_inv,
+    "min_pr": _min_pr,
+    "max_regression": _max_regression,
 }
 assert tuple(_EVALUATORS) == CHECKS
 
@@ -179,21 +228,103 @@ def _unknown(kind: str, name: str, known: Sequence[str]) -> str:
     return f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})"
 
 
-def evaluate_cell(family: str, dataset: str, cell: Mapping[str, Any], limits: Mapping[str, float]) -> list[CheckResult]:
+def evaluate_cell(family: str, dataset: str, cell: Mapping[str, Any], limits: Mapping[str, float],
+                  judgement: "Judgement | None" = None) -> list[CheckResult]:
     """One CheckResult per limit, in CHECKS order.
 
     - max_flip: flip <= limit;  min_acc: acc >= limit;  max_ece: ece <= limit;  max_asr: asr <= limit;
-      min_acc_over_chance: acc - chance >= limit; max_av: av <= limit; max_v: v <= limit (point estimates;
+      min_acc_over_chance: acc - chance >= limit; max_av: av <= limit; max_v: v <= limit;
+      max_e_inv: e_inv <= limit; min_pr: pr_min (the worst attribute's PR) >= limit (point estimates;
       a ``<metric>_ci`` in the cell is carried along as the interval).
     - max_drop: fails when delta_ci[1] < -limit (the whole paired interval lies below -limit).
     - min_gap: gap = -delta >= limit and -delta_ci[1] > 0 (the gap's interval excludes 0).
 
+    Without a ``judgement`` every limit is judged on these rules (point estimates); with one, the limits it
+    judges on their interval are decided by :func:`judge_on_interval` instead.
     A metric the cell lacks (or holds as None) raises KeyError naming it; an unknown check raises ValueError.
     """
     for check in limits:
         if check not in _EVALUATORS:
             raise ValueError(_unknown("check", check, CHECKS))
-    return [_EVALUATORS[c](family, dataset, cell, float(limits[c])) for c in CHECKS if c in limits]
+    out = []
+    for c in CHECKS:
+        if c in limits:
+            result = _EVALUATORS[c](family, dataset, cell, float(limits[c]))
+            if judgement is not None and judgement.judge(c) == "interval":
+                result = judge_on_interval(result, cell, judgement.alpha_each)
+            out.append(result)
+    return out
+
+
+# ------------------------------------------------------------------------------------ judged on intervals
+
+#: check -> (the statistic it reads, its standard error's key, True when the statistic must stay below the
+#: bound), the bound being the limit except for max_drop (-limit) and the gap of min_gap (value = -delta).
+_INTERVAL_RULES = {
+    "max_flip": ("flip", "flip_se", True),
+    "max_drop": ("delta", "delta_se", False),
+    "min_gap": ("gap", "delta_se", False),
+    "min_acc": ("acc", "acc_se", False),
+    "max_ece": ("ece", "ece_se", True),
+    "max_asr": ("asr", "asr_se", True),
+    "min_acc_over_chance": ("acc - chance", "acc_se", False),
+    "max_av": ("av", "av_se", True),
+    "max_v": ("v", "v_se", True),
+    "max_e_inv": ("e_inv", "e_inv_se", True),
+    "min_pr": ("pr_min", "pr_min_se", False),
+    "max_regression": ("acc_diff", "acc_diff_se", False),
+}
+#: The change a set must be able to tell from none, and the power to tell it with (rows_needed).
+EFFECT, POWER = 0.05, 0.8
+_NORMAL = NormalDist()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Which limits are judged on their interval, and each one's one-sided error rate (alpha / m)."""
+
+    judge: Callable[[str], str]
+    alpha_each: float
+
+
+def _standard_error(cell: Mapping[str, Any], key: str, statistic: str) -> float | None:
+    """The cell's ``<statistic>_se``, else the width of its 95% interval / 3.92, else None."""
+    if cell.get(key) is not None:
+        return float(cell[key])
+    ci = cell.get(statistic.split(" ")[0] + "_ci") if key.endswith("_se") else None
+    if ci and all(isinstance(v, (int, float)) for v in ci):
+        return (float(ci[1]) - float(ci[0])) / (2 * _NORMAL.inv_cdf(0.975))
+    return None
+
+
+def judge_on_interval(result: CheckResult, cell: Mapping[str, Any], alpha_each: float) -> CheckResult:
+    """Decide a limit on the evidence: with the statistic's bootstrap standard error SE and
+    z = (distance of the statistic past its bound, toward a violation) / SE,
+
+        fail       when z > z_crit        (the one-sided (1 - alpha_each) bound lies past the limit),
+        pass       when z < -z_crit       (it lies clearly within the limit),
+        undecided  otherwise               (sampling noise could put it on either side),
+
+    z_crit = Phi^-1(1 - alpha_each). With no standard error (or SE 0) the point rule stands. rows_needed
+    = n x ((z_crit + Phi^-1(POWER)) SE / EFFECT)^2, n the cell's groups: the rows per set at which a
+    change of EFFECT would be found with probability POWER.
+    """
+    statistic, se_key, upper = _INTERVAL_RULES[result.check]
+    bound = -result.limit if result.check in ("max_drop", "max_regression") else result.limit
+    se = _standard_error(cell, se_key, statistic)
+    z_crit = _NORMAL.inv_cdf(1 - alpha_each)
+    if not se:
+        return replace(result, judge="interval", se=se)
+    z = ((result.value - bound) if upper else (bound - result.value)) / se
+    decision = "fail" if z > z_crit else "pass" if z < -z_crit else "undecided"
+    n = cell.get("n_groups") or cell.get("n_paired") or 0
+    needed = math.ceil(n * ((z_crit + _NORMAL.inv_cdf(POWER)) * se / EFFECT) ** 2) if n else None
+    words = {"fail": "its bound lies past the limit", "pass": "it lies clearly within the limit",
+             "undecided": "sampling noise could put it on either side: not a failure"}[decision]
+    detail = (f"{statistic} {_fmt(result.value)} against {result.check} {_fmt(result.limit)}, SE {_fmt(se)}: "
+              f"z = {z:+.2f} against +/-{z_crit:.2f} (one-sided alpha {alpha_each:.3g}); {words}")
+    return replace(result, passed=decision != "fail", judge="interval", decision=decision, se=se, z=z,
+                   rows_needed=needed, detail=detail)
 
 
 def _stat(stats: Mapping[str, Any], key: str, condition: str) -> Any:
@@ -256,6 +387,9 @@ _MESSAGES = {
     "min_acc_over_chance": ("accuracy - chance", "accuracy - chance >= {limit}"),
     "max_av": ("share of changed instances (AV)", "AV <= {limit}"),
     "max_v": ("share of samples changed at least once (V)", "V <= {limit}"),
+    "max_e_inv": ("invariance error E_inv", "E_inv <= {limit}"),
+    "min_pr": ("the worst attribute's positive rate", "PR of every attribute >= {limit}"),
+    "max_regression": ("accuracy change vs the baseline", "upper end of its interval >= -{limit}"),
     "bitwise": ("bitwise identical logits (1 = yes, 0 = no)", "logits bitwise identical"),
     "max_abs_dp": ("max |delta p|", "max |delta p| < {limit}"),
     "max_abs_dlogit": ("max |delta logit|", "max |delta logit| < {limit}"),
@@ -428,6 +562,20 @@ def _worst_asr(groups, origs, family, dataset):
     return ranked
 
 
+def _worst_lgip(groups, origs, family, dataset):
+    """Captions by the largest similarity change of a variant against the orig caption."""
+    ranked = []
+    for g, rows in groups.items():
+        if g not in origs:
+            continue
+        s0 = origs[g]["logits"][0]
+        worst = max(rows, key=lambda r: (abs(r["logits"][0] - s0), r["row_id"]))
+        line = (f"{g}: s(orig) {s0:.4f} -> {worst['variant']} {worst['logits'][0]:.4f} "
+                f"({len(rows)} variant(s))")
+        ranked.append((-abs(worst["logits"][0] - s0), g, line))
+    return ranked
+
+
 _WORST = {
     "max_flip": _worst_flip,
     "max_drop": _worst_drop,
@@ -438,6 +586,9 @@ _WORST = {
     "min_acc_over_chance": _worst_acc,
     "max_av": _worst_flip,
     "max_v": _worst_flip,
+    "max_e_inv": _worst_lgip,
+    "min_pr": _worst_lgip,
+    "max_regression": _worst_drop,
 }
 assert tuple(_WORST) == CHECKS
 

@@ -1,9 +1,10 @@
 """Repeat and batch invariance: the same rows scored under conditions that must not change their logits.
 
 Each condition is compared with its own path's reference (the batch path with each row
-alone, or predict with one question per call and the prefix cache). For every row it
-records |dp| (calibrated probabilities), |dlogit|, the argmax before and after and the
-margin (top probability minus the runner-up) before and after.
+alone, or predict with one question per call and the prefix cache); ``one_pass_vs_per_option``
+holds the batch path's one pass over all options of a row to one sequence per option. For
+every row it records |dp| (calibrated probabilities), |dlogit|, the argmax before and after
+and the margin (top probability minus the runner-up) before and after.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ CONDITIONS = (
     Condition("prefix_cache_all", "predict", "predict without the prefix cache, all questions per call"),
     Condition("bf16_weights", "batch", "bf16 weights vs fp32 weights on the batch path, both under bf16 autocast"),
     Condition("predict_vs_batch", "batch", "predict (fp32) vs the batch path, both alone"),
+    Condition("one_pass_vs_per_option", "batch",
+              "all options of a row in one sequence (block option attention) vs one sequence per option, "
+              "each row alone"),
 )
 CONDITION_NAMES = tuple(c.name for c in CONDITIONS)
 #: The thresholds section whose limits apply to any condition that ran in bf16 (a flip budget).
@@ -135,16 +139,32 @@ class InvarianceRun:
     def with_hostile(self) -> list[np.ndarray]:
         return [self.scorer.score_batch([r, *self.hostile])[0] for r in self.rows]
 
+    def per_option(self) -> list[np.ndarray]:
+        """The batch path with one sequence per (row, option), each row alone."""
+        per_option = getattr(self.scorer, "score_batch_per_option", None)
+        if per_option is None:
+            raise ConditionNotSupported(f"{type(self.scorer).__name__} has no score_batch_per_option")
+        return self._once("per_option", lambda: [per_option([r])[0] for r in self.rows])
+
     def bf16_pair(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The batch path alone under bf16 autocast: fp32 weights, then bf16 weights."""
+        """The batch path alone under bf16 autocast: fp32 weights, then bf16 weights.
+
+        A scorer with ``replaced(model=..., precision=...)`` makes both copies itself (with their own
+        caches); otherwise its ``model`` and ``precision`` attributes are swapped on shallow copies.
+        """
         import torch
 
         if not hasattr(self.scorer, "model") or not hasattr(self.scorer, "precision"):
             raise ConditionNotSupported(f"{type(self.scorer).__name__} has no torch model to cast to bf16")
-        fp32 = copy.copy(self.scorer)
-        fp32.precision = BF16
-        bf16 = copy.copy(fp32)
-        bf16.model = copy.deepcopy(self.scorer.model).to(torch.bfloat16)
+        weights = copy.deepcopy(self.scorer.model).to(torch.bfloat16)
+        if hasattr(self.scorer, "replaced"):
+            fp32 = self.scorer.replaced(precision=BF16)
+            bf16 = self.scorer.replaced(model=weights, precision=BF16)
+        else:
+            fp32 = copy.copy(self.scorer)
+            fp32.precision = BF16
+            bf16 = copy.copy(fp32)
+            bf16.model = weights
         return ([fp32.score_batch([r])[0] for r in self.rows], [bf16.score_batch([r])[0] for r in self.rows])
 
     def scores(self, name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -172,6 +192,8 @@ class InvarianceRun:
             return self.bf16_pair()
         if name == "predict_vs_batch":
             return self.predict_one(), self.alone()
+        if name == "one_pass_vs_per_option":
+            return self.per_option(), self.alone()
         raise KeyError(f"unknown invariance condition {name!r} (known: {', '.join(CONDITION_NAMES)})")
 
     def precision(self, name: str) -> str:

@@ -11,8 +11,8 @@ from typing import Any, Iterable, Mapping
 
 from laya_robustness.records import REQUIRED_FIELDS, STR_FIELDS, PredictionError, Record
 
-__all__ = ["PredictionError", "REQUIRED_FIELDS", "STR_FIELDS", "check_record", "read_predictions",
-           "write_predictions"]
+__all__ = ["PredictionError", "REQUIRED_FIELDS", "STR_FIELDS", "check_record", "predictions_bytes",
+           "read_predictions", "write_predictions"]
 
 
 def check_record(record: Any, where: str) -> Record:
@@ -20,11 +20,9 @@ def check_record(record: Any, where: str) -> Record:
     return Record.parse(record, where)
 
 
-def write_predictions(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
-    """Write one JSON line per record (keys sorted) into a gzip file with no name and mtime 0.
-
-    The same records in the same order always give the same bytes.
-    """
+def predictions_bytes(records: Iterable[Mapping[str, Any]]) -> bytes:
+    """One JSON line per record (keys sorted), gzipped with no name and mtime 0: the same records in the
+    same order always give the same bytes."""
     lines = []
     for i, record in enumerate(records):
         Record.parse(record, f"record {i}")
@@ -32,7 +30,12 @@ def write_predictions(path: str | Path, records: Iterable[Mapping[str, Any]]) ->
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", compresslevel=9, mtime=0, fileobj=buffer) as gz:
         gz.write("".join(lines).encode("utf-8"))
-    Path(path).write_bytes(buffer.getvalue())
+    return buffer.getvalue()
+
+
+def write_predictions(path: str | Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Write :func:`predictions_bytes` of the records to ``path``."""
+    Path(path).write_bytes(predictions_bytes(records))
 
 
 def read_predictions(path: str | Path) -> list[Record]:

@@ -25,6 +25,10 @@ ORIG = "orig"
 #: Every record needs these fields (more are kept as they are).
 STR_FIELDS = ("row_id", "group_id", "cluster", "dataset", "family", "variant", "primitive")
 REQUIRED_FIELDS = STR_FIELDS + ("label", "logits", "probs", "argmax")
+#: An open-answer row is answered in free text: its record holds the generated text, its normalised
+#: form and whether that is one of the (normalised) accepted answers, with no logits (label and argmax -1).
+OPEN = "open"
+OPEN_FIELDS = ("raw_answer", "answer", "answers", "correct")
 
 
 class PredictionError(ValueError):
@@ -48,6 +52,26 @@ def _numbers(record: Mapping[str, Any], key: str, where: str) -> list:
     return list(values)
 
 
+def _validate_open(record: Mapping[str, Any], where: str) -> None:
+    for key in OPEN_FIELDS:
+        if key not in record:
+            raise PredictionError(where, key, "missing (an open-answer record needs it)")
+    for key in ("raw_answer", "answer"):
+        if not isinstance(record[key], str):
+            raise PredictionError(where, key, f"expected a string, got {record[key]!r}")
+    answers = record["answers"]
+    if not isinstance(answers, (list, tuple)) or not answers or not all(isinstance(a, str) for a in answers):
+        raise PredictionError(where, "answers", f"expected a non-empty list of strings, got {answers!r}")
+    if not isinstance(record["correct"], bool):
+        raise PredictionError(where, "correct", f"expected true or false, got {record['correct']!r}")
+    for key in ("logits", "probs"):
+        if record[key] not in ([], ()):
+            raise PredictionError(where, key, f"an open-answer record has none, got {record[key]!r}")
+    for key in ("label", "argmax"):
+        if record[key] != -1 or not _is_int(record[key]):
+            raise PredictionError(where, key, f"an open-answer record has -1, got {record[key]!r}")
+
+
 def _validate(record: Any, where: str) -> None:
     if not isinstance(record, Mapping):
         raise PredictionError(where, "(record)", f"expected a JSON object, got {type(record).__name__}")
@@ -57,6 +81,11 @@ def _validate(record: Any, where: str) -> None:
     for key in STR_FIELDS:
         if not isinstance(record[key], str) or not record[key]:
             raise PredictionError(where, key, f"expected a non-empty string, got {record[key]!r}")
+    if "category" in record and record["category"] is not None and not isinstance(record["category"], str):
+        raise PredictionError(where, "category", f"expected a string or null, got {record['category']!r}")
+    if record["primitive"] == OPEN:
+        _validate_open(record, where)
+        return
     k = len(_numbers(record, "logits", where))
     if len(_numbers(record, "probs", where)) != k:
         raise PredictionError(where, "probs", f"has {len(record['probs'])} entries for {k} logits")
@@ -115,6 +144,10 @@ class Record(dict):
     def is_orig(self) -> bool:
         return self["family"] == ORIG
 
+    @property
+    def is_open(self) -> bool:
+        return self["primitive"] == OPEN
+
     def meta_value(self, key: str) -> Any:
         """``meta[key]``; a missing key raises PredictionError naming the row and the family that needs it."""
         try:
@@ -144,6 +177,22 @@ def prediction_record(row, logits, temperatures: Mapping[str, float]) -> Record:
         "row_id": row.row_id, "group_id": row.group_id, "cluster": row.cluster, "dataset": row.dataset,
         "family": row.family, "variant": row.variant, "primitive": row.primitive, "label": row.label,
         "n_images": len(row.images), "logits": rounded, "probs": [round(float(p), 5) for p in probs],
-        "argmax": int(np.argmax(rounded)), "meta": dict(row.meta),
+        "argmax": int(np.argmax(rounded)), "meta": dict(row.meta), "category": row.category,
+    }
+    return Record.parse(record, f"row {row.row_id}")
+
+
+def open_record(row, generated: str) -> Record:
+    """The record of an open-answer row: the generated text, its normalised form, the normalised accepted
+    answers and whether the answer is one of them (``laya_robustness.answers``)."""
+    from laya_robustness.answers import normalize_answer
+
+    accepted = [normalize_answer(a) for a in getattr(row, "answers", ())]
+    answer = normalize_answer(generated)
+    record = {
+        "row_id": row.row_id, "group_id": row.group_id, "cluster": row.cluster, "dataset": row.dataset,
+        "family": row.family, "variant": row.variant, "primitive": OPEN, "label": -1, "argmax": -1,
+        "n_images": len(row.images), "logits": [], "probs": [], "meta": dict(row.meta), "category": row.category,
+        "raw_answer": generated, "answer": answer, "answers": accepted, "correct": answer in accepted,
     }
     return Record.parse(record, f"row {row.row_id}")

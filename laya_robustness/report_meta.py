@@ -19,14 +19,22 @@ def library_versions() -> dict[str, str]:
 
 
 def run_meta(session, device: str) -> dict:
-    """Seed, rows per set, model identity (name and weight hashes), device, precision, batch size, limits, versions."""
+    """Seed, rows per set, the data (path and fingerprint), model identity (name and weight hashes), device,
+    precision, batch size, versions."""
+    from laya_robustness.pytest_plugin.snapshot import data_fingerprint
+
     s = session.settings
     identity = dict(session.identities.get(device, {}))
     identity["model"] = s.model_name
+    dual = session.identities.get(f"{device}/dual")
+    if dual:
+        identity["dual"] = dict(dual)
     return {
         "seed": s.seed,
         "rows_per_set": s.rows_per_set,
-        "datasets": {name: len(rows) for name, rows in session.rows.items()},
+        "datasets": {name: len(rows) for name, rows in {**session.rows, **session.caption_rows}.items()},
+        "data": str(s.data),
+        "data_fingerprint": data_fingerprint({**session.rows, **session.caption_rows}),
         "families": list(s.families),
         "model": identity,
         "device": device,

@@ -24,11 +24,17 @@ from laya_robustness.metrics.accuracy import (
     majority_rate,
     orig_by_group,
 )
-from laya_robustness.metrics.bootstrap import cluster_index, ece_ci, mean_ci, resample_counts
+from laya_robustness.metrics.bootstrap import cluster_index, ece_ci, mean_ci, mean_se, resample_counts
 from laya_robustness.metrics.calibration import ece
 from laya_robustness.metrics.floor import floor_block
 from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline, headline_values
+from laya_robustness.metrics.stability_analysis import stability_analysis
 from laya_robustness.records import ORIG, Record, parse_records
+
+
+#: The one-model stability analyses (answer entropy, stable shares, Tables 5, 7 and 8 of the stability
+#: study, the mutual-information ratio) of every dataset with variants of a family that has a modality.
+STABILITY_ANALYSIS = "stability_analysis"
 
 
 def _canonical(records: Iterable[Any]) -> list[Record]:
@@ -72,6 +78,43 @@ def _interval(counts, metric: Headline, rows, orig, clusters: Mapping[str, int])
     return mean_ci(counts, [clusters[c] for c, _ in units], [v for _, v in units])
 
 
+def _cell_counts(rows: Sequence[Mapping[str, Any]], family: str, dataset: str, boot: Mapping[str, int], n: int):
+    """The cell's clusters (name -> column) and its (n, C) resample counts, keyed by (seed, family, dataset)."""
+    clusters = cluster_index(r["cluster"] for r in rows)
+    return clusters, resample_counts(boot["seed"], family, dataset, len(clusters), n)
+
+
+def uncertainty(metrics: Sequence[Headline], rows, orig, counts, clusters: Mapping[str, int]) -> dict:
+    """``<key>_ci`` (95% percentile interval) and ``<key>_se`` (bootstrap standard error) of each headline
+    metric, over the cell's cluster resamples; None where a metric has no unit."""
+    out: dict[str, Any] = {}
+    for m in metrics:
+        units = m.units(rows, orig)
+        ids, values = [clusters[c] for c, _ in units], [v for _, v in units]
+        out[f"{m.key}_ci"] = mean_ci(counts, ids, values) if units else None
+        out[f"{m.key}_se"] = mean_se(counts, ids, values) if units else None
+    return out
+
+
+def flip_floor(rows: Sequence[Mapping[str, Any]], orig: Mapping) -> float | None:
+    """The flip rate a model with the same confidences would show by chance, group-weighted like ``flip``:
+
+    floor = (1/G) sum_g (1/n_g) sum_{i in g} (1 - q_i(a_o))
+
+    where q_i are the variant row's calibrated probabilities and a_o the orig answer: the flip rate if
+    each perturbed answer were drawn from the model's own probabilities for that row instead of taken
+    as their argmax. A flip rate above it moves answers more than the model's own uncertainty says.
+    Rows without probabilities (open answers) are left out; rows are in label order.
+    """
+    per_group: dict = defaultdict(list)
+    for r in rows:
+        o = orig.get(group_key(r))
+        if o is None or not r["probs"] or not 0 <= o["argmax"] < len(r["probs"]):
+            continue
+        per_group[group_key(r)].append(1.0 - r["probs"][o["argmax"]])
+    return sum(sum(v) / len(v) for v in per_group.values()) / len(per_group) if per_group else None
+
+
 def _variants(rows: list, orig: Mapping) -> dict:
     """Point estimates per variant, each on the variant's rows only."""
     out = {}
@@ -90,10 +133,11 @@ def flat_cell(rows: list, orig: Mapping, family: str, dataset: str, boot: Mappin
     """
     scored = [r for r in rows if r["label"] >= 0]
     origs = [orig[g] for g in dict.fromkeys(group_key(r) for r in rows) if g in orig]
-    clusters = cluster_index(r["cluster"] for r in rows)
     n_boot, n_boot_ece = boot["n_boot"], boot["n_boot_ece"]
-    counts = resample_counts(boot["seed"], family, dataset, len(clusters), max(n_boot, n_boot_ece))
+    clusters, counts = _cell_counts(rows, family, dataset, boot, max(n_boot, n_boot_ece))
     return {
+        **uncertainty((ACC, DELTA, FLIP), rows, orig, counts[:n_boot], clusters),
+        "flip_floor": flip_floor(rows, orig),
         "n_groups": len({group_key(r) for r in rows}),
         "n_rows": len(rows),
         **headline_values((ACC, DELTA, FLIP), rows, orig),
@@ -113,13 +157,16 @@ def flat_cell(rows: list, orig: Mapping, family: str, dataset: str, boot: Mappin
     }
 
 
-def block_cell(family: Family, rows: list, orig: Mapping) -> dict:
-    """One cell of a non-flat block: the family's headline metrics, then its block metrics."""
+def block_cell(family: Family, rows: list, orig: Mapping, boot: Mapping[str, int]) -> dict:
+    """One cell of a non-flat block: the family's headline metrics with their intervals and standard
+    errors, then its block metrics."""
     for r in rows:
         if not family.knows_variant(r["variant"]):
             raise ValueError(f"{r['row_id']}: unknown {family.name} variant {r['variant']!r} "
                              f"(known: {', '.join(family.variants)})")
-    return {**headline_values(family.headline, rows, orig), **family.cell(rows, orig)}
+    clusters, counts = _cell_counts(rows, family.name, rows[0]["dataset"], boot, boot["n_boot"])
+    return {**headline_values(family.headline, rows, orig),
+            **uncertainty(family.headline, rows, orig, counts, clusters), **family.cell(rows, orig, boot)}
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
@@ -135,6 +182,7 @@ def summarize(
     n_boot: int = 1000,
     n_boot_ece: int = 400,
     ece_floor_sims: int = 0,
+    baseline: Iterable[Mapping[str, Any]] | None = None,
 ) -> dict:
     """The summary of a run: ``{"meta", "bootstrap", "families": {family: {dataset: cell}}}`` plus blocks.
 
@@ -143,7 +191,9 @@ def summarize(
     ECE uses the records' stored (already calibrated) probs. Each family declared in another block
     than the flat one goes to that block (``{block: {family: {dataset: cell}}}``). With
     ``ece_floor_sims`` > 0, "floor" holds the ECE noise floor (metrics.floor) of every flat cell,
-    drawn with ``seed``. Floats are rounded to 6 d.p.; undefined statistics are None.
+    drawn with ``seed``. "stability_analysis" holds the stability study's one-model analyses of the
+    datasets with variants of a family that has a modality (metrics.stability_analysis). With ``baseline`` records (an earlier run's), "baseline" holds the paired
+    comparison with them (metrics.baseline). Floats are rounded to 6 d.p.; undefined statistics are None.
     """
     _check_int("n_boot", n_boot, 1)
     _check_int("n_boot_ece", n_boot_ece, 1)
@@ -162,10 +212,19 @@ def summarize(
         for dataset, rows in sorted(by_dataset.items()):
             if block == FLAT:
                 cells[dataset] = flat_cell(rows, orig, family, dataset, boot)
+                if decl is not None and decl.cell is not None:
+                    cells[dataset].update(decl.cell(rows, orig, boot))
             else:
-                cells[dataset] = block_cell(decl, rows, orig)
+                cells[dataset] = block_cell(decl, rows, orig, boot)
     if ece_floor_sims > 0:
         out["floor"] = floor_block(flat_records(records), sims=ece_floor_sims, seed=seed)
+    analysis = stability_analysis(records)
+    if analysis:
+        out[STABILITY_ANALYSIS] = analysis
+    if baseline is not None:
+        from laya_robustness.metrics.baseline import baseline_block
+
+        out["baseline"] = baseline_block(records, _canonical(baseline), seed=seed, n_boot=n_boot)
     return {k: v if k == "meta" else rounded(v) for k, v in out.items()}
 
 

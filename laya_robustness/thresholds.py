@@ -25,13 +25,22 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 VERSION = 1
-TOP_LEVEL_KEYS = ("version", "families", "invariance", "known_limitations")
+TOP_LEVEL_KEYS = ("version", "gate", "families", "invariance", "known_limitations")
+#: How a limit is judged: on the evidence of its interval (fail only when the statistic lies past the limit
+#: beyond sampling noise, at the gate's family-wise error rate) or on its point estimate.
+JUDGES = ("interval", "point")
+CORRECTIONS = ("bonferroni", "none")
+GATE_KEYS = ("alpha", "judge", "correction", "max_regression")
+#: Checks judged on their point estimate unless a limit says otherwise: ECE's bootstrap is biased upward.
+POINT_BY_DEFAULT = ("max_ece",)
 #: What an overlay may hold: per-dataset overrides (under families.<f>.datasets) and known limitations.
 OVERLAY_KEYS = ("version", "families", "known_limitations")
 #: The check keys of a family (or dataset override) table, in the order they are evaluated.
-CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr", "min_acc_over_chance", "max_av", "max_v")
-#: Checks whose limit is a rate in [0, 1]; min_gap and min_acc_over_chance are signed differences in [-1, 1].
-RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr", "max_av", "max_v")
+CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr", "min_acc_over_chance", "max_av", "max_v",
+          "max_e_inv", "min_pr", "max_regression")
+#: Checks whose limit is a rate in [0, 1]; min_gap, min_acc_over_chance and max_e_inv are differences in [-1, 1]
+#: (max_e_inv a difference of cosine similarities).
+RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr", "max_av", "max_v", "min_pr", "max_regression")
 INVARIANCE_KEYS = ("bitwise", "max_abs_dp", "max_abs_dlogit", "max_flips")
 DATASETS_KEY = "datasets"
 LIMITATION_FIELDS = ("family", "dataset", "check", "reason")
@@ -83,11 +92,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value: int | float) -> bool:
+    """Whether a TOML number is a finite float (an integer past the float range is not: TOML allows it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number(path: Path, key: str, value: Any, lo: float, hi: float) -> float:
     """A finite int/float in [lo, hi], as a float."""
     if not _is_number(value):
         raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
-    if not (math.isfinite(value) and lo <= value <= hi):
+    if not (_finite(value) and lo <= value <= hi):
         raise ThresholdsError(path, key, f"expected a number in [{lo:g}, {hi:g}], got {value!r}")
     return float(value)
 
@@ -101,12 +118,30 @@ def _table(path: Path, key: str, value: Any) -> dict:
 def _check_limit(path: Path, key: str, check: str, value: Any) -> float:
     if check in RATE_CHECKS:
         return _number(path, key, value, 0.0, 1.0)
+    if check == "max_e_inv":
+        return _number(path, key, value, 0.0, 2.0)  # |s - s'| of cosine similarities lies in [0, 2]
     return _number(path, key, value, -1.0, 1.0)  # min_gap, min_acc_over_chance
 
 
+def _limit_and_judge(path: Path, key: str, check: str, value: Any) -> tuple[float, str | None]:
+    """A limit given as a number, or as a table ``{limit = 0.1, judge = "point"}``."""
+    if not isinstance(value, dict):
+        return _check_limit(path, key, check, value), None
+    for name in value:
+        if name not in ("limit", "judge"):
+            raise ThresholdsError(path, f"{key}.{name}", _unknown("key of a limit table", name, ("limit", "judge")))
+    if "limit" not in value:
+        raise ThresholdsError(path, f"{key}.limit", "missing (a limit table is {limit = ..., judge = ...})")
+    judge = value.get("judge")
+    if judge is not None and judge not in JUDGES:
+        raise ThresholdsError(path, f"{key}.judge", f"expected one of {', '.join(JUDGES)}, got {_type_name(judge)}")
+    return _check_limit(path, f"{key}.limit", check, value["limit"]), judge
+
+
 def _checks(path: Path, prefix: str, table: dict, applies: tuple[str, ...],
-            allowed_extra: tuple[str, ...] = ()) -> dict[str, float]:
-    """The check limits of one family or dataset table (keys in ``allowed_extra`` are skipped).
+            allowed_extra: tuple[str, ...] = (), judges: dict | None = None) -> dict[str, float]:
+    """The check limits of one family or dataset table (keys in ``allowed_extra`` are skipped); the judge
+    a limit table names goes into ``judges`` under its check.
 
     ``applies`` are the checks that apply to the family: any other known check is an error too.
     """
@@ -120,29 +155,41 @@ def _checks(path: Path, prefix: str, table: dict, applies: tuple[str, ...],
             family = prefix.split(".")[1]
             raise ThresholdsError(path, f"{prefix}.{key}", f"check {key!r} does not apply to family {family!r} "
                                   f"(its checks: {', '.join(applies) or 'none'})")
-        out[key] = _check_limit(path, f"{prefix}.{key}", key, value)
+        out[key], judge = _limit_and_judge(path, f"{prefix}.{key}", key, value)
+        if judge is not None and judges is not None:
+            judges[key] = judge
     return {c: out[c] for c in CHECKS if c in out}
 
 
-def _overrides(path: Path, prefix: str, table: Any, datasets: frozenset[str], applies: tuple[str, ...]) -> dict:
-    """{dataset: override} of one [families.<family>.datasets] table."""
+def _overrides(path: Path, prefix: str, table: Any, datasets: frozenset[str], applies: tuple[str, ...],
+               judges: dict | None = None) -> dict:
+    """{dataset: override} of one [families.<family>.datasets] table (a limit table's judge goes into
+    ``judges[(family, dataset)]``)."""
     overrides = {}
+    family = prefix.split(".")[1]
     for dataset, sub in _table(path, f"{prefix}.{DATASETS_KEY}", table).items():
         key = f"{prefix}.{DATASETS_KEY}.{dataset}"
         if dataset not in datasets:
             raise ThresholdsError(path, key, _unknown("dataset", dataset, datasets))
-        overrides[dataset] = _checks(path, key, _table(path, key, sub), applies)
+        named: dict = {}
+        overrides[dataset] = _checks(path, key, _table(path, key, sub), applies, judges=named)
+        if named and judges is not None:
+            judges.setdefault((family, dataset), {}).update(named)
         if not overrides[dataset]:
             raise ThresholdsError(path, key, _no_limit(applies))
     return overrides
 
 
-def _family(path: Path, family: str, table: Any, datasets: frozenset[str], applies: tuple[str, ...]):
-    """(family defaults, {dataset: override}) of one [families.<family>] table."""
+def _family(path: Path, family: str, table: Any, datasets: frozenset[str], applies: tuple[str, ...], judges: dict):
+    """(family defaults, {dataset: override}) of one [families.<family>] table; judges named by limit
+    tables go into ``judges`` under (family, None) and (family, dataset)."""
     prefix = f"families.{family}"
     table = _table(path, prefix, table)
-    defaults = _checks(path, prefix, table, applies, allowed_extra=(DATASETS_KEY,))
-    overrides = _overrides(path, prefix, table.get(DATASETS_KEY, {}), datasets, applies)
+    named: dict = {}
+    defaults = _checks(path, prefix, table, applies, allowed_extra=(DATASETS_KEY,), judges=named)
+    if named:
+        judges[(family, None)] = named
+    overrides = _overrides(path, prefix, table.get(DATASETS_KEY, {}), datasets, applies, judges)
     if not defaults and not overrides:
         raise ThresholdsError(path, prefix, _no_limit(applies))
     return defaults, overrides
@@ -161,7 +208,7 @@ def _invariance_value(path: Path, key: str, name: str, value: Any) -> bool | int
         return value
     if not _is_number(value):
         raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
-    if not (math.isfinite(value) and value > 0):
+    if not (_finite(value) and value > 0):
         # The check is |d| < limit, so 0 could never pass: exact equality is bitwise = true.
         problem = f"expected a finite number > 0 (the check is strict: |d| < limit), got {value!r}"
         raise ThresholdsError(path, key, problem)
@@ -206,6 +253,45 @@ def _read(path: Path) -> dict:
 
 
 @dataclass(frozen=True)
+class Gate:
+    """How the limits are judged: ``alpha`` is the family-wise false-alarm rate of the whole gate,
+    split over the m interval-judged checks of a run by ``correction`` (Bonferroni: alpha / m each);
+    ``judge`` the default of every limit; ``max_regression`` the largest accuracy loss of a family
+    against a ``--baseline`` (None: no such check)."""
+
+    alpha: float = 0.05
+    judge: str = "interval"
+    correction: str = "bonferroni"
+    max_regression: float | None = 0.02
+
+    def alpha_each(self, m: int) -> float:
+        """The one-sided error rate of each of ``m`` interval-judged checks."""
+        return self.alpha / max(1, m) if self.correction == "bonferroni" else self.alpha
+
+
+def _gate(path: Path, value: Any) -> Gate:
+    table = _table(path, "gate", value)
+    for key in table:
+        if key not in GATE_KEYS:
+            raise ThresholdsError(path, f"gate.{key}", _unknown("gate key", key, GATE_KEYS))
+    out = Gate()
+    if "alpha" in table:
+        alpha = _number(path, "gate.alpha", table["alpha"], 0.0, 1.0)
+        if not 0 < alpha < 1:
+            raise ThresholdsError(path, "gate.alpha", f"expected a number in (0, 1), got {alpha!r}")
+        out = replace(out, alpha=alpha)
+    for key, choices in (("judge", JUDGES), ("correction", CORRECTIONS)):
+        if key in table:
+            if table[key] not in choices:
+                raise ThresholdsError(path, f"gate.{key}", f"expected one of {', '.join(choices)}, "
+                                      f"got {_type_name(table[key])}")
+            out = replace(out, **{key: table[key]})
+    if "max_regression" in table:
+        out = replace(out, max_regression=_number(path, "gate.max_regression", table["max_regression"], 0.0, 1.0))
+    return out
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """The validated limits of one file. Build it with :func:`load_thresholds`."""
 
@@ -218,6 +304,8 @@ class Thresholds:
     _known_datasets: frozenset[str] = field(repr=False)
     _known_conditions: frozenset[str] = field(repr=False)
     overlays: tuple[Path, ...] = ()
+    gate: Gate = field(default_factory=Gate)
+    _judges: Mapping[tuple[str, str | None], Mapping[str, str]] = field(default_factory=dict, repr=False)
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -252,6 +340,15 @@ class Thresholds:
         """{key: limit} of one invariance condition ({} without limits; unknown names raise KeyError)."""
         self._require("invariance condition", condition, self._known_conditions)
         return dict(self._invariance.get(condition, {}))
+
+    def judge_for(self, family: str, dataset: str, check: str) -> str:
+        """How a limit is judged: its dataset's limit table, else its family's, else ``point`` for the checks of
+        POINT_BY_DEFAULT, else the gate's default."""
+        for key in ((family, dataset), (family, None)):
+            judge = self._judges.get(key, {}).get(check)
+            if judge is not None:
+                return judge
+        return "point" if check in POINT_BY_DEFAULT else self.gate.judge
 
     def known_limitation(self, family: str, dataset: str, check: str) -> KnownLimitation | None:
         """The declared limitation of this check on this cell, or None."""
@@ -337,7 +434,7 @@ def _applicable(families: Iterable[str] | Mapping[str, Iterable[str]]) -> dict[s
 
 
 def _overlay(path: Path, known_families: Mapping[str, tuple[str, ...]], known_datasets: frozenset[str],
-             overrides: dict, defaults: dict) -> list[tuple[Path, int, Any]]:
+             overrides: dict, defaults: dict, judges: dict) -> list[tuple[Path, int, Any]]:
     """Merge one overlay's per-dataset overrides into ``overrides``; return its known limitations."""
     data = _read(path)
     for key in data:
@@ -353,7 +450,7 @@ def _overlay(path: Path, known_families: Mapping[str, tuple[str, ...]], known_da
             if key != DATASETS_KEY:
                 raise ThresholdsError(path, f"{prefix}.{key}", "an overlay sets no family-wide limit, only "
                                       f"[{prefix}.{DATASETS_KEY}.<dataset>] overrides")
-        added = _overrides(path, prefix, table.get(DATASETS_KEY, {}), known_datasets, known_families[family])
+        added = _overrides(path, prefix, table.get(DATASETS_KEY, {}), known_datasets, known_families[family], judges)
         defaults.setdefault(family, {})
         for dataset, limits in added.items():
             overrides.setdefault(family, {}).setdefault(dataset, {}).update(limits)
@@ -386,17 +483,18 @@ def load_thresholds(
         if key not in TOP_LEVEL_KEYS:
             raise ThresholdsError(path, key, _unknown("top-level key", key, TOP_LEVEL_KEYS))
     _version(path, data)
-    defaults, overrides = {}, {}
+    defaults, overrides, judges = {}, {}, {}
     for family, table in _table(path, "families", data.get("families", {})).items():
         if family not in known_families:
             raise ThresholdsError(path, f"families.{family}", _unknown("family", family, known_families))
-        defaults[family], overrides[family] = _family(path, family, table, known_datasets, applies[family])
+        defaults[family], overrides[family] = _family(path, family, table, known_datasets, applies[family], judges)
     entries = _limitation_entries(path, data.get("known_limitations", []))
     overlay_paths = tuple(Path(p) for p in overlays)
     for overlay in overlay_paths:
-        entries += _overlay(overlay, applies, known_datasets, overrides, defaults)
+        entries += _overlay(overlay, applies, known_datasets, overrides, defaults, judges)
     thresholds = Thresholds(
         path, defaults, overrides, _invariance(path, data.get("invariance", {}), known_conditions), {},
         known_families, known_datasets, known_conditions, overlay_paths,
+        _gate(path, data.get("gate", {})), judges,
     )
     return replace(thresholds, _limitations=_limitations(entries, thresholds))

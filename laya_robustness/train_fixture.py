@@ -47,6 +47,28 @@ def build_untrained(rows, seed: int):
     return processor, build_model(build_config(tokenizer), seed)
 
 
+def stack_pixels(encoded) -> dict:
+    """Idefics3 pixels of each sequence padded to the batch's most images (all-zero images are padding)."""
+    import torch
+
+    with_images = [e for e in encoded if e.pixel_values is not None]
+    if not with_images:
+        return {}
+    n_img = max(e.pixel_values.shape[0] for e in with_images)
+    channels = with_images[0].pixel_values.shape[1]
+    height = max(e.pixel_values.shape[2] for e in with_images)
+    width = max(e.pixel_values.shape[3] for e in with_images)
+    pixels = torch.zeros((len(encoded), n_img, channels, height, width), dtype=torch.float32)
+    mask = torch.zeros((len(encoded), n_img, height, width), dtype=torch.bool)
+    for i, e in enumerate(encoded):
+        if e.pixel_values is None:
+            continue
+        n, _, h, w = e.pixel_values.shape
+        pixels[i, :n, :, :h, :w] = e.pixel_values
+        mask[i, :n, :h, :w] = e.pixel_mask.bool() if e.pixel_mask is not None else True
+    return {"pixel_values": pixels, "pixel_attention_mask": mask}
+
+
 def _loss(scorer: HFVLMScorer, encoded, labels):
     """Mean over rows of CE(softmax(option log-likelihoods), label) + the gold answer's mean token NLL."""
     import torch
@@ -62,7 +84,7 @@ def _loss(scorer: HFVLMScorer, encoded, labels):
         attention[i, :p + len(o)] = 1
         answer[i, p - 1:p - 1 + len(o)] = True
     logits = scorer.model(input_ids=input_ids, attention_mask=attention,
-                          **scorer._stack_pixels([e for e, _ in seqs])).logits[:, :-1]
+                          **stack_pixels([e for e, _ in seqs])).logits[:, :-1]
     targets = input_ids[:, 1:]
     token_logp = torch.log_softmax(logits.float(), dim=-1).gather(2, targets[..., None])[..., 0]
     mask = answer[:, :-1]

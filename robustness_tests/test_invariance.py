@@ -3,6 +3,7 @@
 import pytest
 
 from laya_robustness.invariance import CONDITION_NAMES
+from laya_robustness.pytest_plugin.session import DUAL_CONDITIONS
 
 pytestmark = pytest.mark.invariance
 
@@ -11,3 +12,9 @@ pytestmark = pytest.mark.invariance
 def test_invariance(robustness, condition, device):
     """Each condition against its own path's reference: bitwise / |dp| / |dlogit| / flips within limits."""
     robustness.check_invariance(condition, device)
+
+
+@pytest.mark.parametrize("condition", DUAL_CONDITIONS)
+def test_dual_invariance(robustness, condition, device):
+    """The dual encoder's similarities under the conditions it can take, on caption rows."""
+    robustness.check_invariance(condition, device, source="captions")

@@ -64,3 +64,39 @@ class CrashingScorer(OracleScorer):
 
 def crashing(model, **kwargs):
     return CrashingScorer(model)
+
+
+class InterruptingScorer(OracleScorer):
+    """Stops the run as Ctrl-C would, once it has scored ``after`` batches."""
+
+    def __init__(self, model, after: int = 2, **kwargs):
+        super().__init__(model, **kwargs)
+        self.after, self.calls = after, 0
+
+    def score_batch(self, rows):
+        self.calls += 1
+        if self.calls > self.after:
+            raise KeyboardInterrupt
+        return super().score_batch(rows)
+
+
+def interrupting(model, **kwargs):
+    return InterruptingScorer(model)
+
+
+class CountingScorer(OracleScorer):
+    """Appends the number of rows of every batch to the file named by LAYA_COUNT_FILE; slow if LAYA_SLOW is set."""
+
+    def score_batch(self, rows):
+        import os
+        import time
+
+        with open(os.environ["LAYA_COUNT_FILE"], "a") as fh:
+            fh.write(f"{len(rows)}\n")
+        if os.environ.get("LAYA_SLOW"):
+            time.sleep(float(os.environ["LAYA_SLOW"]))
+        return super().score_batch(rows)
+
+
+def counting(model, **kwargs):
+    return CountingScorer(model)

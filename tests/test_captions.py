@@ -58,7 +58,7 @@ def test_generated_captions_are_true_rows_of_their_scene():
     assert len(rows) == len({r.row_id for r in rows}) >= 120
     by_image = {}
     for r in rows:
-        assert (r.primitive, r.question, r.label, r.group_id, r.family) == ("score", "", 0, r.row_id, "orig")
+        assert (r.primitive, r.question, r.label, r.group_id, r.family) == ("score", "", -1, r.row_id, "orig")
         assert len(r.options) == 1 and len(r.images) == 1 and r.images[0].size == (64, 64)
         assert caption_holds(r.options[0], r.meta["objects"])
         by_image.setdefault(r.cluster, []).append(r)
@@ -114,7 +114,7 @@ def test_coco_captions_file(tmp_path):
     assert [r.options for r in rows] == [("A red square.",), ("A blue square.",), ("Something red.",)]
     assert [r.cluster for r in rows] == ["captions_val/1", "captions_val/2", "captions_val/1"]
     assert rows[0].images[0] is rows[2].images[0] and rows[0].images[0].getpixel((0, 0))[0] > 240
-    assert rows[1].meta == {"image_id": 2} and rows[1].primitive == "score" and rows[1].label == 0
+    assert rows[1].meta == {"image_id": 2} and rows[1].primitive == "score" and rows[1].label == -1
 
 
 @pytest.mark.parametrize("annotations, images, field", [

@@ -15,7 +15,8 @@ DOWN = lambda x: math.nextafter(x, -math.inf)  # noqa: E731  the next float belo
 def cell(**changes):
     base = {
         "acc": 0.7, "acc_ci": [0.6, 0.8], "delta": -0.02, "delta_ci": [-0.06, 0.01], "flip": 0.1,
-        "ece": 0.2, "ece_ci": [0.15, 0.25], "asr": 0.3, "chance": 0.25, "av": 0.05, "v": 0.1, "n_groups": 50,
+        "ece": 0.2, "ece_ci": [0.15, 0.25], "asr": 0.3, "chance": 0.25, "av": 0.05, "v": 0.1, "e_inv": 0.05, "pr_min": 0.9, "acc_diff": -0.01, "acc_diff_ci": [-0.03, 0.01],
+        "n_groups": 50,
     }
     base.update(changes)
     return base

@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 
 from fakes import OracleScorer
+from laya_robustness.captions import generate_captions
 from laya_robustness.families import FLAT, build_variants, declared
 from laya_robustness.fixture_rows import generate_rows
 from laya_robustness.records import prediction_record
@@ -40,17 +41,24 @@ def _what_is(rows):
                                 .replace(" have?", "?")) if i % 2 else r for i, r in enumerate(rows)]
 
 
+def _with_user_paraphrases(rows):
+    """The first caption carries two paraphrases of its own, as --paraphrases attaches them."""
+    first = dataclasses.replace(rows[0], meta={**rows[0].meta, "paraphrases": ["a picture of shapes", "shapes"]})
+    return [first, *rows[1:]]
+
+
 @pytest.fixture(scope="module")
 def records():
-    sources = {"choice": _with_user_variants(_varied(generate_rows("colour_choice", 24, seed=3))),
-               "noul": _with_user_variants(generate_rows("exists_yesno", 24, seed=3)),
-               # the other question forms, so every rephrasing rule fires
-               "count": generate_rows("count_choice", 8, seed=3), "left_of": generate_rows("left_of_yesno", 8, seed=3),
-               "context": _what_is(generate_rows("context_choice", 8, seed=3))}
+    rows = [_varied(generate_rows("colour_choice", 24, seed=3)), generate_rows("exists_yesno", 24, seed=3)]
+    rows = [_with_user_variants(r) for r in rows] + [
+        # the other question forms, so every rephrasing rule fires
+        generate_rows("count_choice", 8, seed=3), generate_rows("left_of_yesno", 8, seed=3),
+        _what_is(generate_rows("context_choice", 8, seed=3))]
+    sources = {"rows": rows, "captions": [_with_user_paraphrases(generate_captions(12, seed=3))]}
     scorer = OracleScorer("fake", margin=1.0, noise=1.0)
     out = []
-    for rows in sources.values():
-        for family in declared():
+    for family in declared():
+        for rows in (sources["rows"] + sources["captions"] if family.name == "orig" else sources[family.source]):
             variants = build_variants(family.name, rows, seed=0)
             out += [prediction_record(r, lg, TEMPERATURES) for r, lg in zip(variants, scorer.score_batch(variants))]
     return out
@@ -124,7 +132,36 @@ def v(rows, orig):
     return _mean(any(r["argmax"] != orig[g]["argmax"] for r in rs) for g, rs in _groups(rows).items() if g in orig)
 
 
-RECOMPUTE = {"acc": lambda rows, orig: acc(rows), "delta": delta, "flip": flip, "asr": asr, "av": av, "v": v}
+
+def _caption_pairs(rows, orig):
+    """(reference s, variant s, variant meta) of every paraphrase and every flip, by the LGIP pairing rule."""
+    by_variant = {(r["dataset"], r["group_id"], r["variant"]): r for r in rows}
+    paraphrases, flips = [], []
+    for r in rows:
+        meta = r["meta"]
+        is_flip = r["family"] == "lgip_flip" or meta.get("role") == "flip"
+        if r["family"] == "lgip_combined" and is_flip:
+            reference = by_variant[(r["dataset"], r["group_id"], meta["reference"])]
+        else:
+            reference = orig[(r["dataset"], r["group_id"])]
+        (flips if is_flip else paraphrases).append((reference["logits"][0], r["logits"][0], meta))
+    return paraphrases, flips
+
+
+def e_inv(rows, orig):
+    return _mean(abs(a - b) for a, b, _ in _caption_pairs(rows, orig)[0])
+
+
+def e_sens(rows, orig):
+    return _mean(a - b for a, b, _ in _caption_pairs(rows, orig)[1])
+
+
+def pr(rows, orig):
+    return _mean(a > b for a, b, _ in _caption_pairs(rows, orig)[1])
+
+
+RECOMPUTE = {"acc": lambda rows, orig: acc(rows), "delta": delta, "flip": flip, "asr": asr,
+             "e_inv": e_inv, "e_sens": e_sens, "pr": pr, "av": av, "v": v}
 
 
 def test_every_declared_variant_fires(records):
@@ -156,6 +193,9 @@ def test_every_headline_equals_its_recomputation(records):
                     expected = label_flip(rows, orig)
                 else:
                     expected = RECOMPUTE[metric.key](rows, orig)
+                if family.name == "orig" and dataset == "shape_captions":
+                    assert expected is None and cell[metric.key] is None  # a caption has no right answer
+                    continue
                 assert expected is not None, (family.name, dataset, metric.key)
                 assert cell[metric.key] == pytest.approx(expected, abs=1e-6), (family.name, dataset, metric.key)
                 checked += 1
@@ -176,6 +216,37 @@ def test_the_option_set_flip_pools_both_variants(records):
     assert min(rates) <= cell["flip"] <= max(rates)
 
 
+def test_the_worst_attribute_pr_is_the_lowest_of_the_attributes(records):
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    orig = _orig(records)
+    cell = summary["lgip"]["lgip_flip"]["shape_captions"]
+    flips = _caption_pairs([r for r in records if r["family"] == "lgip_flip"], orig)[1]
+    by_attribute = defaultdict(list)
+    for a, b, meta in flips:
+        by_attribute[meta["attribute"]].append(a > b)
+    assert set(by_attribute) == {"object", "colour", "count"}
+    worst = min(by_attribute, key=lambda k: (_mean(by_attribute[k]), k))
+    assert cell["pr_min_attribute"] == worst
+    assert cell["pr_min"] == pytest.approx(_mean(by_attribute[worst]), abs=1e-6)
+
+
 def test_flat_block_holds_exactly_the_flat_families(records):
     summary = summarize(records, n_boot=20, n_boot_ece=20)
     assert set(summary[FLAT]) == {f.name for f in declared() if f.block == FLAT}
+
+
+def test_circular_accuracy_and_accuracy_by_gold_position(records):
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    cell = summary[FLAT]["option_order"]["colour_choice"]
+    orig = _orig(records)
+    groups = _groups(r for r in records if r["family"] == "option_order" and r["dataset"] == "colour_choice")
+    circular = [all(r["argmax"] == r["label"] for r in [orig[g], *rs]) for g, rs in groups.items()]
+    assert cell["n_circular"] == len(circular) and cell["circular_acc"] == pytest.approx(_mean(circular), abs=1e-6)
+    assert cell["circular_acc"] <= cell["acc"]
+    by_position = defaultdict(list)
+    for g, rs in groups.items():
+        by_position[orig[g]["label"]].append(orig[g]["argmax"] == orig[g]["label"])
+        for r in rs:
+            by_position[r["meta"]["display_order"].index(r["label"])].append(r["argmax"] == r["label"])
+    assert cell["acc_by_position"] == {str(p): pytest.approx(_mean(v), abs=1e-6) for p, v in by_position.items()}
+    assert cell["n_by_position"] == {str(p): len(v) for p, v in by_position.items()}

@@ -77,7 +77,7 @@ def test_build_paraphrases_keeps_group_and_cluster_and_names_the_rule():
     for v in variants:
         source = by_id[v.group_id]
         assert (v.family, v.cluster, v.primitive, v.label, v.images) == (FAMILY_PARAPHRASE, source.cluster, "score",
-                                                                         0, source.images)
+                                                                         -1, source.images)
         assert v.variant == v.meta["rule"] and v.options[0] == paraphrases(source.options[0])[v.variant]
         assert v.options[0] != source.options[0] and v.row_id == f"{v.group_id}|{FAMILY_PARAPHRASE}|{v.variant}"
     kinds = Counter(v.meta["kind"] for v in variants)

@@ -11,7 +11,7 @@ from laya_robustness.metrics.lgip import format_lgip_table, lgip_cell, lgip_pair
 
 def rec(family, group, cluster, s, variant="orig", **meta):
     return {"row_id": f"{group}|{family}|{variant}", "family": family, "variant": variant, "group_id": group,
-            "cluster": cluster, "dataset": "d", "logits": [s], "label": 0, "meta": meta}
+            "cluster": cluster, "dataset": "d", "logits": [s], "label": -1, "meta": meta}
 
 
 ORIG = [rec("orig", "g1", "i1", 0.50), rec("orig", "g2", "i1", 0.40), rec("orig", "g3", "i2", 0.30)]

@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
+# Likewise the dual encoders some tests build (their modules register torch operators on import).
+from test_dual import _build as build_dual_encoder
+from transformers import CLIPModel, CLIPProcessor, SiglipModel, SiglipProcessor  # noqa: F401
+from transformers.models.clip import image_processing_pil_clip  # noqa: F401
+from transformers.models.siglip import image_processing_pil_siglip  # noqa: F401
 
 from laya_robustness.fixture_rows import generate_rows, write_manifest
 
@@ -68,12 +73,14 @@ def test_markers_are_registered(gate):
 
 def test_gate_passes_writes_reports_and_prints_the_table(gate):
     result = run(gate, "--families", "option_order,image_shuffle", "-rs")
-    # 21 family modules x 2 sets x (cpu, gpu): 42 gpu skips, 36 cpu skips for families not selected
-    result.assert_outcomes(passed=6, skipped=78)
-    result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "dataset*orig*image_shuffle*option_order*",
-                                 "colour_choice*[[]ok[]]*"])
+    # 21 question-family modules x 2 sets x (cpu, gpu): 42 gpu skips, 36 cpu skips for families not selected;
+    # 3 lgip modules x (cpu, gpu) skip: the fake model is no dual encoder and none is given
+    result.assert_outcomes(passed=6, skipped=84)
+    result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "family*dataset*acc*checks",
+                                 "orig*colour_choice*ok", "image_shuffle*colour_choice*ok"])
     result.stdout.fnmatch_lines(["*short test summary info*", "SKIPPED*CUDA is not available*"])
     result.stdout.fnmatch_lines(["SKIPPED*text is not in --families (option_order,image_shuffle)*"])
+    result.stdout.fnmatch_lines(["SKIPPED*no caption rows to probe*give a dual encoder*"])
     summary = json.loads((gate.path / "reports" / "summary.json").read_text())
     assert set(summary["families"]) == {"orig", "option_order", "image_shuffle"}
     assert summary["meta"]["model"]["model"] == "fake-model"
@@ -82,7 +89,7 @@ def test_gate_passes_writes_reports_and_prints_the_table(gate):
 
 def test_gpu_tests_skip_with_a_reason_naming_cuda(gate):
     result = run(gate, "-m", "gpu", "-rs", "--families", "option_order")
-    result.assert_outcomes(skipped=42)  # 21 family modules x 2 sets, each gpu item
+    result.assert_outcomes(skipped=45)  # 21 question-family modules x 2 sets and 3 lgip modules, each gpu item
     result.stdout.fnmatch_lines(["*CUDA is not available*"])
 
 
@@ -236,6 +243,35 @@ def test_the_gate_runs_on_a_vlmevalkit_tsv_with_the_shipped_limits(gate):
                                  "--snapshot-update*"])
 
 
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_a_dual_encoder_model_is_probed_not_asked(gate, tmp_path, kind):
+    model = build_dual_encoder(kind, tmp_path / kind)
+    shutil.copy(ROOT / "thresholds.toml", gate.path / "thresholds.toml")
+    result = run(gate, "--scorer", "hf", "--model", str(model), "--captions", str(ROOT / "laya_fixtures" / "captions"),
+                 "--thresholds", "thresholds.toml", "-k", "(lgip or invariance or option_order) and not gpu", "-rs",
+                 subprocess=True)
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) >= 3 + 6  # three lgip families, six conditions
+    result.stdout.fnmatch_lines(["*is a dual encoder: it answers no questions, so option_order does not apply*"])
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    assert set(summary["lgip"]) == {"lgip_paraphrase", "lgip_flip", "lgip_combined"}
+    assert summary["meta"]["model"]["dual"]["kind"] == kind
+
+
+def test_the_gate_runs_on_a_parquet_file_with_an_image_column(gate):
+    from laya_robustness.loaders.export import export_parquet
+
+    (written,) = [p for p in export_parquet(gate.path / "rows", gate.path / "parquet") if p.stem == "colour_choice"]
+    shutil.copy(ROOT / "thresholds.toml", gate.path / "thresholds.toml")
+    result = run(gate, "--data", str(written), "--thresholds", "thresholds.toml", "--families", "option_order",
+                 "-k", "(orig or option_order) and not gpu")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    summary = json.loads((gate.path / "reports" / "summary.json").read_text())
+    cell = summary["families"]["option_order"]["colour_choice"]
+    assert summary["families"]["orig"]["colour_choice"]["n_rows"] == 24 and cell["circular_acc"] is not None
+
+
 def test_xdist_merge_equals_a_single_process_run(gate):
     single = run(gate, "--report-dir", "single", subprocess=True)
     assert single.ret == 0, single.stdout.str()
@@ -269,9 +305,10 @@ def test_a_batch_dependent_scorer_fails_invariance_naming_the_row(gate):
     (gate.path / "limits.toml").write_text(INVARIANCE_LIMITS)
     args = ("-m", "invariance and not gpu", "-k", "batched or repeat_batch", "--invariance-rows", "3")
     result = run(gate, *args)
-    result.assert_outcomes(passed=2, skipped=1)  # batched, repeat_batch; batched_reversed has no limit
+    # batched, repeat_batch; batched_reversed has no limit; the three dual conditions have no dual encoder
+    result.assert_outcomes(passed=2, skipped=4)
     result = run(gate, "--scorer", "fakes:neighbour_dependent", *args)
-    result.assert_outcomes(failed=1, passed=1, skipped=1)
+    result.assert_outcomes(failed=1, passed=1, skipped=4)
     result.stdout.fnmatch_lines(["*invariance/batched: max_abs_dlogit FAILED*", "*colour_choice/0000*: answer*"])
     report = json.loads((gate.path / "reports" / "invariance.json").read_text())
     assert report["conditions"]["batched"]["max_abs_dlogit"] > 1e-4

@@ -40,3 +40,50 @@ def test_a_missing_meta_key_names_the_family_that_writes_it():
     r = Record.parse({**prediction_record(ROW, [0.0, 1.0, 2.0], TEMPERATURES), "family": "inject_text"}, "x")
     with pytest.raises(PredictionError, match="d/1: field 'meta.target': missing \\(family inject_text writes it\\)"):
         r.meta_value("target")
+
+
+def test_an_open_answer_record_is_judged_on_normalised_text():
+    from laya_robustness.records import open_record
+
+    row = dataclasses.replace(ROW, options=(), label=-1, primitive="open")
+    object.__setattr__(row, "answers", ("Stop sign", "stop"))  # accepted answers (the Row field of open rows)
+    r = open_record(row, "  STOP. ")
+    assert (r.is_open, r["answer"], r["answers"], r["correct"], r.argmax, r.logits) == (
+        True, "stop", ["stop sign", "stop"], True, -1, [])
+    wrong = open_record(row, "Yield")
+    assert wrong["correct"] is False and wrong["raw_answer"] == "Yield"
+    with pytest.raises(PredictionError, match="field 'correct': expected true or false"):
+        Record.parse({**r, "correct": "yes"}, "x")
+    with pytest.raises(PredictionError, match="field 'logits': an open-answer record has none"):
+        Record.parse({**r, "logits": [0.1]}, "x")
+
+
+def test_open_rows_count_in_accuracy_and_flip_by_their_answer_text():
+    from laya_robustness.metrics.accuracy import flip_rate, group_accuracy
+
+    base = {"dataset": "d", "group_id": "g", "cluster": "c", "primitive": "open", "label": -1, "argmax": -1,
+            "logits": [], "probs": [], "answers": ["stop"], "raw_answer": ""}
+    orig = [{**base, "row_id": "g", "answer": "stop", "correct": True}]
+    variants = [{**base, "row_id": "g|v1", "answer": "stop", "correct": True},
+                {**base, "row_id": "g|v2", "answer": "halt", "correct": False}]
+    assert group_accuracy(orig) == 1.0 and group_accuracy(variants) == 0.5
+    assert flip_rate(variants, orig) == 0.5
+
+
+def test_scoring_sends_open_rows_to_generate_and_the_rest_to_the_logits():
+    from laya_robustness.run import Scoring
+
+    class Scorer:
+        def score_batch(self, rows):
+            return [[0.0, 1.0, 2.0] for _ in rows]
+
+        def generate(self, rows, max_new_tokens=16):
+            return ["Stop." for _ in rows]
+
+    open_row = dataclasses.replace(ROW, row_id="d/2", group_id="d/2", options=(), label=-1, primitive="open")
+    object.__setattr__(open_row, "answers", ("stop",))
+    records = Scoring(Scorer(), "batch", TEMPERATURES).records([ROW, open_row, ROW])
+    assert [r.primitive for r in records] == ["choice", "open", "choice"]
+    assert records[0].argmax == 2 and records[1]["correct"] is True
+    with pytest.raises(TypeError, match="cannot generate: open-answer rows need a scorer with generate"):
+        Scoring(type("NoGenerate", (), {"score_batch": Scorer.score_batch})(), "batch", TEMPERATURES).records([open_row])

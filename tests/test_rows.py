@@ -7,7 +7,8 @@ import json
 import pytest
 from PIL import Image
 
-from laya_robustness.rows import RowError, load_jsonl, load_rows, load_tsv
+from laya_robustness.loaders import load_jsonl, load_tsv
+from laya_robustness.rows import RowError, load_rows
 
 
 def _png(colour=(255, 0, 0)) -> bytes:
@@ -105,3 +106,19 @@ def test_load_rows_groups_by_dataset(tmp_path):
     assert list(by_dataset) == ["s"] and len(by_dataset["s"]) == 2
     with pytest.raises(FileNotFoundError):
         load_rows(tmp_path / "nowhere")
+
+
+def test_sampling_before_decoding_draws_the_same_rows_as_before(fixture_rows):
+    from pathlib import Path
+
+    from laya_robustness.run import load_source_rows, sample_rows
+
+    sampled = load_source_rows(Path(__file__).resolve().parents[1] / "laya_fixtures" / "rows", 5, seed=0)
+    for name, rows in fixture_rows.items():
+        assert [r.row_id for r in sampled[name]] == [r.row_id for r in sample_rows(rows, 5, seed=0)]
+        eager = {r.row_id: r for r in rows}
+        assert all(r.images[0].tobytes() == eager[r.row_id].images[0].tobytes() for r in sampled[name])
+    # the draw the loader made before rows were sampled ahead of decoding (seed 0, 5 rows)
+    assert [r.row_id for r in sampled["colour_choice"]] == [
+        "colour_choice/000095", "colour_choice/000150", "colour_choice/000163", "colour_choice/000166",
+        "colour_choice/000186"]

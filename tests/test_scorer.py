@@ -71,3 +71,63 @@ def test_text_only_and_two_image_rows_score(embedded_scorer, fixture_rows):
         np.testing.assert_allclose(b, a, atol=1e-5)
         np.testing.assert_allclose(b, p, atol=PATH_TOLERANCE)
     assert not np.allclose(batch[0], batch[1])  # removing the image changes the answer's scores
+
+
+def _plain_forward(scorer, row):
+    """The model's own forward on the processor's outputs for the row's prompt: logits and hidden states."""
+    import torch
+
+    text = scorer.adapter.prompt_text(row)
+    enc = scorer.processor(text=[text], images=[list(row.images)], return_tensors="pt")
+    with torch.inference_mode():
+        out = scorer.model(input_ids=enc["input_ids"], pixel_values=enc["pixel_values"],
+                           pixel_attention_mask=enc["pixel_attention_mask"], output_hidden_states=True)
+    return enc["input_ids"][0], out
+
+
+def test_generate_starts_with_the_models_own_greedy_token_and_is_deterministic(embedded_scorer, fixture_rows):
+    rows = fixture_rows["colour_choice"][:3]
+    for row in rows:
+        ids, out = _plain_forward(embedded_scorer, row)
+        first = embedded_scorer.tokenizer.decode([int(out.logits[0, -1].argmax())], skip_special_tokens=True)
+        assert embedded_scorer.generate([row], max_new_tokens=1) == [first]
+    answers = embedded_scorer.generate(rows, max_new_tokens=8)
+    assert answers == embedded_scorer.generate(rows, max_new_tokens=8)
+    assert sum(a.strip() == r.options[r.label] for a, r in zip(answers, rows)) >= 2  # the trained model answers
+
+
+def test_generate_takes_open_answer_rows_without_options(embedded_scorer, fixture_rows):
+    row = dataclasses.replace(fixture_rows["colour_choice"][0], options=(), label=-1)
+    assert user_text(row) == row.question
+    (answer,) = embedded_scorer.generate([row], max_new_tokens=4)
+    assert isinstance(answer, str)
+
+
+def test_layer_states_are_the_models_hidden_states_at_the_last_prompt_token(embedded_scorer, fixture_rows):
+    rows = fixture_rows["count_choice"][:2] + fixture_rows["exists_yesno"][:1]
+    states = embedded_scorer.layer_states(rows)
+    layers = embedded_scorer.model.config.text_config.num_hidden_layers
+    for row, state in zip(rows, states):
+        _, out = _plain_forward(embedded_scorer, row)
+        assert state.shape == (layers + 1, embedded_scorer.model.config.text_config.hidden_size)
+        assert state.dtype == np.float32
+        reference = np.stack([h[0, -1].numpy() for h in out.hidden_states])
+        np.testing.assert_allclose(state, reference, atol=1e-4, rtol=0)
+
+
+def test_a_feature_store_too_small_to_hold_anything_changes_nothing_but_the_encode_count(embedded_scorer,
+                                                                                          fixture_rows):
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    rows = fixture_rows["colour_choice"][:4]
+    small = HFVLMScorer(embedded_scorer.model, embedded_scorer.processor, batch_size=2, feature_cache_bytes=0)
+    first = small.score_batch(rows)
+    second = small.score_batch(rows)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    np.testing.assert_allclose(np.concatenate(first), np.concatenate(embedded_scorer.score_batch(rows)), atol=1e-5)
+    kept = embedded_scorer.replaced()
+    kept.score_batch(rows)
+    kept.score_batch(rows)
+    distinct = len({r.cluster for r in rows})
+    assert kept.stats["vision_encodes"] == distinct  # once per image, the second call from the store
+    assert small.stats["vision_encodes"] >= 2 * distinct  # nothing kept: both calls encode

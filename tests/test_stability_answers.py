@@ -2,7 +2,7 @@
 
 import pytest
 
-from laya_robustness.answers import answer_key, answer_of, is_accepted, normalize_answer
+from laya_robustness.answers import is_accepted, normalize_answer
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -37,10 +37,3 @@ def test_is_accepted():
     with pytest.raises(TypeError, match="must be a string"):
         normalize_answer(3)
 
-
-def test_records_are_compared_by_normalised_text_or_argmax():
-    choice = {"argmax": 2}
-    open_row = {"argmax": 0, "answer": " The Cat. "}
-    assert answer_of(choice) == 2 and answer_key(choice) == 2
-    assert answer_of(open_row) == " The Cat. " and answer_key(open_row) == "cat"
-    assert answer_key({"argmax": 0, "answer": None}) == 0

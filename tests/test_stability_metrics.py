@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from fakes import OracleScorer
 from laya_robustness.families import build_variants, get_family
 from laya_robustness.fixture_rows import generate_rows
-from laya_robustness.metrics.bootstrap import cluster_index, resample_counts
 from laya_robustness.metrics.headline import headline_values
 from laya_robustness.metrics.stability import (
     AV,
@@ -18,14 +19,14 @@ from laya_robustness.metrics.stability import (
     any_families,
     any_visual_cell,
     changed,
-    headline_intervals,
     is_right,
     overlay_cell,
     rotation_cell,
     stability_cell,
     truth_of,
 )
-from laya_robustness.records import prediction_record
+from laya_robustness.records import open_record, prediction_record
+from laya_robustness.rows import Row
 from laya_robustness.summary import summarize, summary_cell
 
 TEMPERATURES = {"choice": 1.0, "noul": 1.0, "score": 1.0}
@@ -66,13 +67,18 @@ def test_av_is_pooled_over_rows_not_group_weighted():
 
 
 def test_open_rows_change_when_the_normalised_answer_changes():
-    o = rec("g1", primitive="open", label=-1, argmax=0, answer="The Cat.", answers=["cat"])
-    same = rec("g1", "a", primitive="open", label=-1, argmax=0, answer="cat")
-    other = rec("g1", "b", primitive="open", label=-1, argmax=0, answer="a dog")
+    row = Row(row_id="d/g1", dataset="d", group_id="d/g1", cluster="c", images=(), question="What animal is it?",
+              options=(), label=-1, primitive="open", answers=("cat", "a kitten"))
+
+    def variant(name, generated):
+        return open_record(dataclasses.replace(row, row_id=f"d/g1|shift|{name}", family="shift", variant=name), generated)
+
+    o, same, other = open_record(row, "The Cat."), variant("a", " cat"), variant("b", "a dog")
     assert not changed(same, o) and changed(other, o)
-    assert is_right({**same, "answers": ["cat"]}) and not is_right({**other, "answers": ["cat"]})
+    assert is_right(o) and is_right(same) and not is_right(other)
     assert is_right(rec("g", label=-1)) is None
     assert headline_values((AV, V), [same, other], origs(o)) == {"av": 0.5, "n_paired": 2, "v": 1.0, "n_samples": 1}
+    assert stability_cell([same, other], origs(o))["acc"] == 0.5 and truth_of(o) == "open"
 
 
 def test_stability_cell_by_hand():
@@ -102,7 +108,6 @@ def test_overlay_cell_breaks_accuracy_down_by_ground_truth_and_text():
                                                             "answer_yes": {"n_rows": 2, "acc": 1.0}}},
     }
     assert [truth_of(r) for r in (o[("d", "y1")], o[("d", "n1")], o[("d", "c1")])] == ["yes", "no", "C"]
-    assert truth_of(rec("x", primitive="open", label=-1, answers=["a"])) == "open"
 
 
 def test_rotation_cell_splits_variant_and_invariant_questions_per_angle():
@@ -131,25 +136,6 @@ def test_the_any_row_pools_every_visual_family():
     assert (cell["av"], cell["n_paired"], cell["v"], cell["n_samples"]) == (pytest.approx(2 / 6), 6, pytest.approx(2 / 3), 3)
     assert cell["families"]["shift"]["v"] == pytest.approx(1 / 3) and cell["families"]["overlay"]["av"] == pytest.approx(1 / 3)
     assert any_families() == ("shift", "pad_crop", "scale", "scale_pad", "rotation", "overlay")
-
-
-def test_headline_intervals_equal_a_plain_loop_over_the_same_resamples():
-    cis = headline_intervals((AV, V), ROWS, O, seed=3, n_boot=200, family="shift", dataset="d")
-    clusters = cluster_index(r["cluster"] for r in ROWS)
-    counts = resample_counts(3, "shift", "d", len(clusters), 200)
-    for metric in (AV, V):
-        units = metric.units(ROWS, O)
-        stats = []
-        for b in range(200):
-            total = weight = 0.0
-            for c, v in units:
-                total += counts[b, clusters[c]] * v
-                weight += counts[b, clusters[c]]
-            if weight:
-                stats.append(total / weight)
-        expected = np.percentile(stats, [2.5, 97.5]).tolist()
-        assert cis[f"{metric.key}_ci"] == pytest.approx(expected)
-    assert headline_intervals((AV, V), [], {}, seed=0, n_boot=10, family="f", dataset="d") == {"av_ci": None, "v_ci": None}
 
 
 # --- recomputed from scored records, on rows where every variant fires -------------------------
@@ -185,6 +171,10 @@ def test_the_stability_block_holds_each_family_with_its_headlines_and_variants(r
                 assert cell["variants"][variant]["av"] == pytest.approx(sum(flags) / len(flags), abs=1e-6)
             assert cell["av"] == pytest.approx(sum(map(sum, per_variant.values())) / len(rows), abs=1e-6)
             assert 0 < cell["av"] < 1, (family, dataset, "the fake scorer's noise moves some answers, not all")
+            for key in ("av", "v"):  # the summary adds each headline's interval and standard error
+                lo, hi = cell[f"{key}_ci"]
+                assert lo <= cell[key] <= hi and cell[f"{key}_se"] >= 0
+            assert cell["av_se"] > 0
             assert summary_cell(summary, family, dataset) is cell
 
 

@@ -30,3 +30,12 @@ def test_the_verdict_names_what_it_is_about():
     v = cell_verdict([flip, drop, gap], {"max_flip": "never learned", "max_drop": "old"}.get)
     assert v.outcome == FAIL and v.failures == (gap,)
     assert v.expected == ((flip, "never learned"),) and v.fixed == (drop,)
+
+
+def test_an_undecided_check_fails_nothing_and_keeps_a_known_limitation_expected():
+    undecided = CheckResult("text", "vsr", "max_flip", True, 0.12, 0.1, None, "detail", judge="interval",
+                            decision="undecided")
+    assert cell_verdict([undecided], {}.get).outcome == PASS
+    v = cell_verdict([undecided], {"max_flip": "never learned"}.get)
+    assert v.outcome == XFAIL and v.undecided == (undecided,)
+    assert v.expected[0][1].startswith("borderline") and "never learned" in v.expected[0][1]

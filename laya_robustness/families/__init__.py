@@ -20,8 +20,9 @@ from laya_robustness.records import ORIG
 from laya_robustness.rows import Row
 
 Builder = Callable[[Sequence[Row], int], list[Row]]
-#: The block metrics of one (family, dataset) cell: (its records, the orig record of each group) -> dict.
-CellMetrics = Callable[[Sequence[Any], Mapping[Any, Any]], dict]
+#: The block metrics of one (family, dataset) cell: (its records, the orig record of each group, the
+#: bootstrap settings {"seed", "n_boot", "n_boot_ece"}) -> dict.
+CellMetrics = Callable[[Sequence[Any], Mapping[Any, Any], Mapping[str, int]], dict]
 
 #: The summary block of the unperturbed rows and the meaning-preserving families: the flat table.
 FLAT = "families"
@@ -33,7 +34,10 @@ KINDS = {
     "options": "the option set changes",
     "form": "the question form changes",
     "adversarial": "an attack pulls toward a wrong answer",
+    "probe": "a caption probe of a dual encoder",
 }
+#: Where a family's source rows come from: the question rows (``--data``) or the caption rows (``--captions``).
+SOURCES = ("rows", "captions")
 #: What a meaning-preserving family changes, for the stability analyses (the paper's V, P and L).
 MODALITIES = ("visual", "phrasing", "language")
 
@@ -42,11 +46,12 @@ MODALITIES = ("visual", "phrasing", "language")
 class Family:
     """One perturbation family, declared once (see the module doc).
 
-    ``variants`` lists the variant names in table order; a name ending in ``*`` is a prefix
+    ``source`` says which rows it is built from (SOURCES). ``variants`` lists the variant names in table order; a name ending in ``*`` is a prefix
     (``as_noul_*``). ``modality`` says what a meaning-preserving family changes (one of MODALITIES:
     the image, the phrasing or the language of the question), or None. ``meta_keys`` maps a variant name (or pattern) to the ``meta`` keys every
     row of that variant writes; ``"*"`` applies to all of them. ``table`` is the statistics the
-    flat table shows (flat families only); ``title`` / ``short`` are its column headers.
+    flat table shows (flat families only); ``title`` / ``short`` are its column headers. A flat family's
+    ``cell``, when it has one, adds its own numbers to the flat cell.
     """
 
     name: str
@@ -65,14 +70,17 @@ class Family:
     variant_labels: Mapping[str, str] = field(default_factory=dict)
     default: bool = True
     modality: str | None = None
+    source: str = "rows"
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"family {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.source not in SOURCES:
+            raise ValueError(f"family {self.name!r}: source {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.modality is not None and self.modality not in MODALITIES:
             raise ValueError(f"family {self.name!r}: modality {self.modality!r} is not one of {', '.join(MODALITIES)}")
-        if (self.block == FLAT) != (self.cell is None):
-            raise ValueError(f"family {self.name!r}: a flat family has no block metrics, any other block has")
+        if self.block != FLAT and self.cell is None:
+            raise ValueError(f"family {self.name!r}: a family outside the flat block needs its block metrics (cell)")
 
     @property
     def headline_keys(self) -> tuple[str, ...]:

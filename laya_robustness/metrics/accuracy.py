@@ -2,7 +2,9 @@
 
 Every function takes prediction records (mappings with ``dataset``, ``group_id``, ``label``,
 ``argmax`` and ``logits``). A group is ``(dataset, group_id)``: a source row and its variants.
-Rows with ``label == -1`` have no correct answer and are left out of every accuracy.
+Rows with ``label == -1`` have no correct answer and are left out of every accuracy, except
+open-answer rows (primitive ``open``), whose generated answer is judged against the accepted
+answers when the record is made (``correct``) and compared by its normalised text (``answer``).
 """
 
 from __future__ import annotations
@@ -31,16 +33,32 @@ def group_key(record: Record) -> GroupKey:
     return (str(record["dataset"]), str(record["group_id"]))
 
 
+OPEN = "open"
+
+
+def is_scored(record: Record) -> bool:
+    """Whether the record has a right answer: a label (>= 0), or an open-answer row's accepted answers."""
+    return record["label"] >= 0 or record.get("primitive") == OPEN
+
+
 def is_correct(record: Record) -> bool:
-    """Whether the record's argmax is its label (a record with label -1 is never correct)."""
+    """Whether the record's answer is right: argmax == label, or an open row's ``correct`` flag
+    (a record with label -1 that is not an open row is never correct)."""
+    if record.get("primitive") == OPEN:
+        return bool(record["correct"])
     return record["label"] >= 0 and record["argmax"] == record["label"]
 
 
+def answer_of(record: Record):
+    """What the model answered: the normalised text of an open row, else the argmax (an option index)."""
+    return record["answer"] if record.get("primitive") == OPEN else record["argmax"]
+
+
 def group_means(records: Iterable[Record]) -> dict[GroupKey, float]:
-    """Mean correctness of each group's scored rows (label >= 0); groups without one are left out."""
+    """Mean correctness of each group's scored rows (is_scored); groups without one are left out."""
     hits: dict[GroupKey, list[bool]] = defaultdict(list)
     for r in _checked(records):
-        if r["label"] >= 0:
+        if is_scored(r):
             hits[group_key(r)].append(is_correct(r))
     return {g: sum(v) / len(v) for g, v in hits.items()}
 
@@ -86,13 +104,13 @@ def orig_by_group(orig_records: Iterable[Record]) -> dict[GroupKey, Record]:
 
 
 def group_flips(records: Iterable[Record], orig_records: Iterable[Record]) -> dict[GroupKey, float]:
-    """Per group with an orig row: the share of its rows whose argmax differs from the orig row's."""
+    """Per group with an orig row: the share of its rows whose answer (answer_of) differs from the orig row's."""
     orig = orig_by_group(orig_records)
     flips: dict[GroupKey, list[bool]] = defaultdict(list)
     for r in _checked(records):
         g = group_key(r)
         if g in orig:
-            flips[g].append(r["argmax"] != orig[g]["argmax"])
+            flips[g].append(answer_of(r) != answer_of(orig[g]))
     return {g: sum(v) / len(v) for g, v in flips.items()}
 
 

@@ -94,6 +94,18 @@ def mean_ci(counts: np.ndarray, cluster_ids: Sequence[int], values: Sequence[flo
     return percentile_ci(mean_resamples(counts, cluster_ids, values))
 
 
+def mean_se(counts: np.ndarray, cluster_ids: Sequence[int], values: Sequence[float]) -> float | None:
+    """The bootstrap standard error of the mean of per-unit values: the standard deviation (ddof 1) of
+    its finite resample values; None with fewer than two.
+
+    >>> mean_se(np.array([[2, 0], [1, 1], [0, 2]]), [0, 0, 1], [1.0, 1.0, 0.0])  # resamples 1, 2/3, 0
+    0.5091750772173156
+    """
+    s = mean_resamples(counts, cluster_ids, values)
+    s = s[np.isfinite(s)]
+    return float(np.std(s, ddof=1)) if s.size >= 2 else None
+
+
 def ece_resamples(
     counts: np.ndarray, cluster_ids: Sequence[int], confidences: Sequence[float], correct: Sequence[bool], n_bins: int = N_BINS
 ) -> np.ndarray:

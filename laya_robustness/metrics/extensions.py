@@ -117,7 +117,7 @@ def _option_set_variant(variant: str, rows: list[Record], orig: Orig) -> dict:
     return cell
 
 
-def option_set_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def option_set_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int] | None = None) -> dict:
     """``{"n_rows", "variants": {variant: metrics}}`` of one option_set cell (see the module doc)."""
     variants = {v: _option_set_variant(v, vr, orig) for v, vr in _by_variant(rows).items()}
     return {"n_rows": len(rows), "variants": variants}
@@ -139,7 +139,7 @@ def _abstain_variant(variant: str, rows: list[Record]) -> dict:
     return {"n_rows": len(rows), "none_pick_rate": _mean(r["argmax"] == _meta(r, "none_index") for r in rows)}
 
 
-def abstain_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def abstain_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int] | None = None) -> dict:
     """``{"n_rows", "variants": {variant: metrics}}`` of one abstain cell (see the module doc).
 
     >>> o = dict(row_id="d/1", group_id="d/1", cluster="c", dataset="d", family="orig", variant="orig",
@@ -187,7 +187,7 @@ def _choice_to_noul(rows: Sequence[Record], orig: Orig) -> dict:
     return {"n_groups": len(agree), "argmax_agreement": _mean(agree), "exactly_one_yes": _mean(one_yes)}
 
 
-def form_choice_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def form_choice_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int] | None = None) -> dict:
     """``{"n_rows", "noul_to_choice", "choice_to_noul"}`` of one form_choice cell (each part where it applies)."""
     as_choice = [r for r in rows if r["variant"] == "as_choice"]
     as_noul = [r for r in rows if r["variant"].startswith("as_noul_")]
@@ -214,7 +214,7 @@ def _negation_stats(rows: Sequence[Record], orig: Orig) -> dict:
     }
 
 
-def negation_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def negation_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int] | None = None) -> dict:
     """The negation metrics over both variants together and, under "variants", per variant."""
     variants = {v: _negation_stats(vr, orig) for v, vr in _by_variant(rows).items()}
     return {**_negation_stats(rows, orig), "variants": variants}
@@ -235,7 +235,7 @@ def _attack(rows: Sequence[Record], orig: Orig) -> dict:
     }
 
 
-def injection_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def injection_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int] | None = None) -> dict:
     """``{"n_rows", "acc", "delta_acc", "variants": {variant: attack metrics}}`` of one injection cell.
 
     Per variant: n_rows, acc, delta_acc, n_attackable, asr (attack success rate), delta_p_target.

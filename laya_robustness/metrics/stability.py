@@ -2,7 +2,8 @@
 
 A record is paired with the orig record ``o`` of its group (a variant without one is left out of
 everything below). The answer changed when ``changed(r, o)``: the argmax differs (choice / noul
-rows), or the normalised answer text differs (open rows: ``answers.answer_key``).
+rows), or the normalised answer text differs (open rows: ``metrics.accuracy.answer_of``, the
+``answer`` an open record carries, normalised by ``answers.normalize_answer`` when it was made).
 
 Headlines (each a mean over units with the unit's image cluster, as in ``metrics.headline``):
 
@@ -14,7 +15,8 @@ Headlines (each a mean over units with the unit's image cluster, as in ``metrics
 Cell metrics (``stability_cell``, the base of every family's cell):
 
 - ``acc``: group-weighted accuracy of the cell's rows; ``orig_acc``: of the orig rows of the
-  same groups (a row is right when its argmax is its label, or when its answer is accepted).
+  same groups (``metrics.accuracy.is_correct``: the argmax is the label, or an open row's answer
+  is accepted; rows without a right answer are left out).
 - ``variants``: per variant ``n_rows``, ``n_paired``, ``av`` (the share of its paired rows whose
   answer changed) and ``acc`` (the mean correctness of its rows).
 - ``overlay_cell`` adds ``by_truth`` (Table 4 of the reference): per ground truth ``t`` ("yes" /
@@ -28,7 +30,9 @@ Cell metrics (``stability_cell``, the base of every family's cell):
   visual family of a dataset together (V: a sample changed by at least one of them), plus
   ``av`` / ``v`` per family.
 
-``headline_intervals`` gives the 95% cluster-bootstrap interval of each headline (``av_ci``, ``v_ci``).
+The summary adds each headline's cluster-bootstrap interval and standard error (``av_ci``,
+``av_se``, ``v_ci``, ``v_se``); a cell function takes the bootstrap settings as its third argument
+(the summary's contract) and uses none of them.
 
 >>> o = {"dataset": "d", "group_id": "g1", "cluster": "c1", "label": 1, "argmax": 1, "primitive": "noul"}
 >>> orig = {("d", "g1"): o, ("d", "g2"): {**o, "group_id": "g2", "cluster": "c2"}}
@@ -44,37 +48,30 @@ import string
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from laya_robustness.answers import answer_key, is_accepted
-from laya_robustness.metrics.accuracy import GroupKey, group_key
-from laya_robustness.metrics.bootstrap import cluster_index, mean_ci, resample_counts
+from laya_robustness.metrics.accuracy import OPEN, GroupKey, answer_of, group_key, is_correct, is_scored
 from laya_robustness.metrics.headline import Headline, Units, headline_values
 
 Record = Mapping[str, Any]
 Orig = Mapping[GroupKey, Record]
+Boot = Mapping[str, int] | None
 NOUL_TRUTH = ("no", "yes")
-OPEN_TRUTH = "open"
 ROTATION_CLASSES = {True: "variant", False: "invariant"}
 
 
 def changed(record: Record, orig: Record) -> bool:
     """Whether ``record`` answered differently from its orig record (argmax, or normalised answer text)."""
-    return answer_key(record) != answer_key(orig)
+    return answer_of(record) != answer_of(orig)
 
 
 def is_right(record: Record) -> bool | None:
-    """Whether the record is right: its answer text is accepted (when it has ``answer`` and ``answers``),
-    else its argmax is its label; None when it has no gold (label -1 and no accepted answers)."""
-    if record.get("answer") is not None and record.get("answers"):
-        return is_accepted(record["answer"], record["answers"])
-    if record["label"] < 0:
-        return None
-    return record["argmax"] == record["label"]
+    """``metrics.accuracy.is_correct`` of a record with a right answer; None for one without (label -1)."""
+    return is_correct(record) if is_scored(record) else None
 
 
 def truth_of(record: Record) -> str | None:
     """The ground truth as the reference's Table 4 shows it: "no" / "yes", an option letter, or "open"."""
-    if record.get("answers") or record["primitive"] == OPEN_TRUTH:
-        return OPEN_TRUTH
+    if record.get("primitive") == OPEN:
+        return OPEN
     label = record["label"]
     if label < 0:
         return None
@@ -140,7 +137,7 @@ def _variant_stats(rows: Sequence[Record], orig: Orig) -> dict:
     }
 
 
-def stability_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def stability_cell(rows: Sequence[Record], orig: Orig, boot: Boot = None) -> dict:
     """``{"n_rows", "n_groups", "acc", "orig_acc", "variants"}`` of one stability cell (see the module doc).
 
     >>> o = dict(dataset="d", group_id="g", cluster="c", primitive="choice", label=0, argmax=0, variant="orig")
@@ -176,14 +173,14 @@ def _truth_table(rows: Sequence[Record], orig: Orig) -> dict:
     return out
 
 
-def overlay_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def overlay_cell(rows: Sequence[Record], orig: Orig, boot: Boot = None) -> dict:
     """``stability_cell`` plus ``by_truth``: accuracy per (ground truth, overlaid text) next to orig accuracy.
 
     >>> o = dict(dataset="d", group_id="g", cluster="c", primitive="noul", label=1, argmax=1, variant="orig")
     >>> overlay_cell([dict(o, variant="answer_no", argmax=0)], {("d", "g"): o})["by_truth"]
     {'yes': {'n_groups': 1, 'orig_acc': 1.0, 'variants': {'answer_no': {'n_rows': 1, 'acc': 0.0}}}}
     """
-    return {**stability_cell(rows, orig), "by_truth": _truth_table(rows, orig)}
+    return {**stability_cell(rows, orig, boot), "by_truth": _truth_table(rows, orig)}
 
 
 def _rotation_variant(record: Record) -> bool:
@@ -211,7 +208,7 @@ def _rotation_class(rows: Sequence[Record], orig: Orig) -> dict:
     return {**headline_values(STABILITY, rows, orig), "angles": angles}
 
 
-def rotation_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def rotation_cell(rows: Sequence[Record], orig: Orig, boot: Boot = None) -> dict:
     """``stability_cell`` plus ``by_question``: AV, V and per-angle AV for rotation-variant and -invariant questions.
 
     >>> o = dict(dataset="d", group_id="g", cluster="c", primitive="noul", label=1, argmax=1, variant="orig")
@@ -223,10 +220,10 @@ def rotation_cell(rows: Sequence[Record], orig: Orig) -> dict:
     for r in rows:
         split[ROTATION_CLASSES[_rotation_variant(r)]].append(r)
     by_question = {name: _rotation_class(split[name], orig) for name in ROTATION_CLASSES.values() if split[name]}
-    return {**stability_cell(rows, orig), "by_question": by_question}
+    return {**stability_cell(rows, orig, boot), "by_question": by_question}
 
 
-def any_visual_cell(rows: Sequence[Record], orig: Orig) -> dict:
+def any_visual_cell(rows: Sequence[Record], orig: Orig, boot: Boot = None) -> dict:
     """The "Any" row: AV over every instance of the visual families given, V over samples changed by any.
 
     ``rows`` are the records of one dataset's visual stability families (``any_families()`` names them).
@@ -251,20 +248,3 @@ def any_families() -> tuple[str, ...]:
 
     return tuple(f.name for f in declared() if f.block == "stability" and f.modality == "visual" and f.default)
 
-
-def headline_intervals(metrics: Sequence[Headline], rows: Sequence[Record], orig: Orig, *, seed: int,
-                       n_boot: int, family: str, dataset: str) -> dict:
-    """``{"<key>_ci": [lo, hi] or None}``: 95% cluster-bootstrap intervals of each headline.
-
-    The resamples are the flat cells' (``resample_counts(seed, family, dataset, C, n_boot)`` over
-    the C sorted clusters of ``rows``), so an interval is a function of the records and the seed.
-    """
-    clusters = cluster_index(r["cluster"] for r in rows)
-    if not clusters:
-        return {f"{m.key}_ci": None for m in metrics}
-    counts = resample_counts(seed, family, dataset, len(clusters), n_boot)
-    out = {}
-    for m in metrics:
-        units = m.units(rows, orig)
-        out[f"{m.key}_ci"] = mean_ci(counts, [clusters[c] for c, _ in units], [v for _, v in units]) if units else None
-    return out

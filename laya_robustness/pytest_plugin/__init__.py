@@ -16,6 +16,7 @@ MARKERS = {
     "invariance": "a repeat / batch invariance condition",
     "slow": "takes minutes rather than seconds",
     "orig": "the unperturbed rows",
+    "baseline": "a comparison with the predictions of an earlier run (--baseline)",
 }
 
 
@@ -58,12 +59,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session = robustness_session(metafunc.config)
     if "dataset" in metafunc.fixturenames:
         metafunc.parametrize("dataset", session.datasets_for_collection())
+    if "caption_set" in metafunc.fixturenames:
+        sets = session.caption_sets_for_collection()
+        if not sets:
+            reason = ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
+                      "--model, or --dual-model)")
+            sets = [pytest.param("none", marks=pytest.mark.skip(reason=reason))]
+        metafunc.parametrize("caption_set", sets)
     if "device" in metafunc.fixturenames:
         metafunc.parametrize("device", [pytest.param(session.default_device, id="cpu"),
                                         pytest.param(GPU_DEVICE, id="gpu", marks=pytest.mark.gpu)])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # slow tests (the rotation sweep, the 256M benchmark) run only when -m names them
+    if "slow" not in (config.option.markexpr or ""):
+        skip = pytest.mark.skip(reason="slow: not in the default run; select it with -m slow (e.g. -m 'slow and not gpu')")
+        for item in items:
+            if item.get_closest_marker("slow") is not None:
+                item.add_marker(skip)
     session = robustness_session(config)
     if session.usage_error is not None or any("robustness" in getattr(i, "fixturenames", ()) for i in items):
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
@@ -102,11 +116,24 @@ def pytest_testnodedown(node, error) -> None:
         robustness_session(node.config).merge_payload(payload)
 
 
+def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors) -> str | None:
+    """Why this run's reports do not cover what it set out to do, or None when it finished."""
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return f"the run ended with exit status {int(exitstatus)} ({pytest.ExitCode(exitstatus).name})"
+    if harness_errors:
+        return f"{len(harness_errors)} harness error(s): {harness_errors[0]}"
+    stopped = session.shouldstop or session.shouldfail
+    if stopped:
+        return f"stopped early: {stopped}"
+    return None
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = robustness_session(session.config)
     if _is_worker(session.config):
         session.config.workeroutput[PAYLOAD_KEY] = state.worker_payload()
         return
+    state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors)
     if state.records or state.invariance_results:
         from laya_robustness.pytest_plugin.reports import write_reports
 

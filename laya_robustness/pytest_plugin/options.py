@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from laya_robustness.families import default_families, family_names
+from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
 
 PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
 SCORING_PATHS = ("batch", "predict")
@@ -24,6 +25,7 @@ _PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 #: --limitations auto: the embedded default's known limitations, applied when its rows and model are the ones gated.
 EMBEDDED_DATA, EMBEDDED_MODEL = "laya_fixtures/rows", "laya_fixtures/tiny-smolvlm"
 EMBEDDED_LIMITATIONS = "laya_fixtures/limitations.toml"
+EMBEDDED_CAPTIONS, EMBEDDED_DUAL_MODEL = "laya_fixtures/captions", "laya_fixtures/tiny-clip"
 
 
 def _int(low: int) -> Callable[[str], int]:
@@ -52,6 +54,16 @@ def _text(text: str) -> str:
     if not text.strip():
         raise ValueError("empty")
     return text
+
+
+def parse_switch(text: str) -> bool:
+    """``yes`` / ``no`` (also true/false, 1/0, on/off)."""
+    value = text.strip().lower()
+    if value in ("yes", "true", "1", "on"):
+        return True
+    if value in ("no", "false", "0", "off"):
+        return False
+    raise ValueError(f"{text!r} is not yes or no")
 
 
 def parse_device(text: str) -> str:
@@ -111,6 +123,7 @@ class Option:
     default: str
     help: str
     parse: Callable[[str], Any] = _text
+    switch: bool = False  # given alone on the command line (``--resume``); ini: yes / no
 
     @property
     def dest(self) -> str:
@@ -123,7 +136,8 @@ class Option:
 
 OPTIONS = (
     Option("--model", EMBEDDED_MODEL, "hub id or local directory of the model to gate"),
-    Option("--data", EMBEDDED_DATA, "JSONL manifest / VLMEvalKit TSV file, or a directory of them"),
+    Option("--data", EMBEDDED_DATA, "JSONL manifest, VLMEvalKit TSV, parquet file, datasets.save_to_disk directory, "
+           "or a directory of them"),
     Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)", _int(0)),
     Option("--seed", "0", "seed of row sampling, variants and the bootstrap", _int(0)),
     Option("--families", ",".join(default_families()), "comma-separated families to score", parse_families),
@@ -143,14 +157,34 @@ OPTIONS = (
     Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition", _int(1)),
     Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'", parse_scorer),
     Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),
+    Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
+           "file, a caption JSONL file or a directory of them"),
+    Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
+           f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
+    Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
+    Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
+           "comparison with it and the max_regression checks, or none"),
+    Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "
+           "once a run completes; a folder you name is kept, so runs can share it)"),
+    Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "
+           "rows, model and settings) and score only the rest", parse_switch, switch=True),
+    Option("--data-map", "none", "field=column pairs naming the parquet / datasets columns that hold row fields, "
+           "e.g. question=prompt,options=choices,label=answer_idx (field= leaves a same-named column unread)",
+           parse_data_map),
+    Option("--max-image-pixels", "40000000", "largest image accepted, width x height in pixels (e.g. 40000000 or "
+           "40M), checked from the header before decoding; the encoded bytes may be 4 per pixel + 1 MiB",
+           parse_max_image_pixels),
+    Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
+           "directory (no: refuse them)", parse_allow_outside_data),
 )
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("laya-robustness", "robustness gate for vision-language models")
     for opt in OPTIONS:
+        extra = {"action": "store_const", "const": "yes"} if opt.switch else {}
         group.addoption(opt.flag, dest=opt.dest, default=None,
-                        help=f"{opt.help} (default: {opt.default}; ini: {opt.dest})")
+                        help=f"{opt.help} (default: {opt.default}; ini: {opt.dest})", **extra)
         parser.addini(opt.dest, help=opt.help, default=None)
 
 
@@ -191,6 +225,15 @@ class Settings:
     invariance_rows: int
     scorer: str
     attn_implementation: str
+    captions: Path
+    dual_model: str | None  # "auto" resolved later, when the model's kind is known
+    paraphrases: Path | None
+    resume: bool
+    baseline: Path | None
+    journal: Path | None  # None: <report-dir>/journal
+    data_map: dict  # row field -> column of a parquet / datasets table (laya_robustness.loaders.settings)
+    max_image_pixels: int
+    allow_outside_data: bool
 
 
 def _limitations(config: pytest.Config, text: str, data: Path, model: str) -> Path | None:
@@ -218,8 +261,19 @@ def read_settings(config: pytest.Config) -> Settings:
     model = str(local) if local.exists() else model_name  # else a hub id
     data = resolve(config, values.pop("data"))
     limitations = _limitations(config, values.pop("limitations"), data, model)
+    dual = values.pop("dual_model")
+    if dual not in ("auto", "none"):
+        local_dual = resolve(config, dual)
+        dual = str(local_dual) if local_dual.exists() else dual
+    paraphrases = values.pop("paraphrases")
+    journal = values.pop("journal")
+    values["journal"] = None if journal == "auto" else resolve(config, journal)
+    baseline = values.pop("baseline")
+    values["baseline"] = None if baseline == "none" else resolve(config, baseline)
     return Settings(
         model_name=model_name, model=model, data=data, limitations=limitations,
+        captions=resolve(config, values.pop("captions")), dual_model=None if dual == "none" else dual,
+        paraphrases=None if paraphrases == "none" else resolve(config, paraphrases),
         thresholds=resolve(config, values.pop("thresholds")), report_dir=resolve(config, values.pop("report_dir")),
         **values,
     )

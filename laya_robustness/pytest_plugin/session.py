@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
 from laya_robustness import checks
-from laya_robustness.families import build_variants, declared
+from laya_robustness.families import build_variants, declared, get_family
 from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
-from laya_robustness.pytest_plugin.options import read_settings
+from laya_robustness.pytest_plugin.options import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL, read_settings, resolve
 from laya_robustness.records import ORIG, Record
+from laya_robustness.report.progress import scoring_progress
 from laya_robustness.rows import RowError
 from laya_robustness.run import Scoring, load_source_rows
 from laya_robustness.summary import summarize, summary_cell
@@ -24,10 +26,71 @@ from laya_robustness.verdict import FAIL, XFAIL, XPASS, cell_verdict
 
 GPU_DEVICE = "cuda"
 INVARIANCE_CONDITIONS = (*CONDITION_NAMES, BF16_BUDGET)
+#: Invariance results of the dual encoder are reported under "dual:<condition>".
+DUAL_PREFIX = "dual:"
+#: The invariance conditions a dual encoder can take (one image per row; there is no prefix cache to vary).
+DUAL_CONDITIONS = ("repeat_batch", "repeat_predict", "batched", "batched_reversed", "bf16_weights",
+                   "predict_vs_batch")
 
 
 class HarnessError(RuntimeError):
     """The harness broke (a model that cannot load, a crash while scoring): not a gate failure (exit 3)."""
+
+
+DUAL_ENCODER_TYPES = ("clip", "siglip")
+
+
+def model_type(name_or_path: str) -> str | None:
+    """The checkpoint's ``config.model_type``, read from a local directory or the local hub cache only
+    (never the network: an id that is not cached gives None)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        try:
+            return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, "config.json")
+    except Exception:  # not a valid repo id, or no cache at all
+        return None
+    return model_type(str(Path(cached).parent)) if isinstance(cached, str) else None
+
+
+def identity_key(device: str, source: str) -> str:
+    """Where a scorer's identity is kept: the device for the question model, ``<device>/dual`` for captions."""
+    return device if source == "rows" else f"{device}/dual"
+
+
+def _with_paraphrases(rows_by_dataset: dict, path: Path) -> dict:
+    """Caption rows with the user's paraphrases of their row id in ``meta["paraphrases"]``."""
+    import dataclasses
+
+    from laya_robustness.lgip import load_paraphrases
+
+    user = load_paraphrases(path)
+    return {name: [dataclasses.replace(r, meta={**r.meta, "paraphrases": list(user[r.row_id])})
+                   if r.row_id in user else r for r in rows] for name, rows in rows_by_dataset.items()}
+
+
+CHUNK_BATCHES = 16
+
+
+def scoring_chunks(rows, scoring_path: str, batch_size: int) -> list[list[int]]:
+    """Row indices in the chunks a family is scored and journaled in: ``CHUNK_BATCHES`` batches of the
+    batch path (so the batches are the same as in one call), or whole image clusters of the predict path."""
+    if scoring_path == "batch":
+        size = CHUNK_BATCHES * batch_size
+        return [list(range(i, min(i + size, len(rows)))) for i in range(0, len(rows), size)]
+    from laya_robustness.run import cluster_indices
+
+    chunks: list[list[int]] = [[]]
+    for cluster in cluster_indices(rows):
+        if len(chunks[-1]) >= CHUNK_BATCHES * batch_size:
+            chunks.append([])
+        chunks[-1].extend(cluster)
+    return [c for c in chunks if c]
 
 
 class RobustnessSession:
@@ -37,6 +100,7 @@ class RobustnessSession:
         self.config = config
         self.settings = read_settings(config)
         self._rows = None
+        self._caption_rows = None
         self._thresholds = None
         self._scorers: dict[str, object] = {}
         self._load_errors: dict[str, str] = {}  # device -> why its scorer could not load (not retried)
@@ -48,8 +112,13 @@ class RobustnessSession:
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
         self.usage_error: pytest.UsageError | None = None
         self._invariance: dict[str, InvarianceRun] = {}
+        self._journals: dict[str, object] = {}
+        self._n_interval_checks: int | None = None
+        self._baseline: list | None = None
         self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
         self.written: list = []
+        self.incomplete_reason: str | None = None  # set when the run ends
+        self.kept_previous_report = False
 
     # settings the rest of the plugin reads by name
     seed = property(lambda self: self.settings.seed)
@@ -59,6 +128,36 @@ class RobustnessSession:
     model_name = property(lambda self: self.settings.model_name)
     report_dir = property(lambda self: self.settings.report_dir)
 
+    # -- models -------------------------------------------------------------------------------------
+
+    @property
+    def model_is_dual(self) -> bool:
+        """Whether ``--model`` is a dual encoder (CLIP / SigLIP): it answers no questions, it is probed."""
+        return self.settings.scorer == "hf" and model_type(self.settings.model) in DUAL_ENCODER_TYPES
+
+    @property
+    def dual_model(self) -> str | None:
+        """The dual encoder the caption families probe (see ``--dual-model``), or None."""
+        chosen = self.settings.dual_model
+        if chosen != "auto":
+            return chosen
+        if self.model_is_dual:
+            return self.settings.model
+        if Path(self.settings.model).resolve() == resolve(self.config, EMBEDDED_MODEL).resolve():
+            return str(resolve(self.config, EMBEDDED_DUAL_MODEL))
+        return None
+
+    def skip_reason(self, family: str) -> str | None:
+        """Why a family cannot run with these models, or None."""
+        source = get_family(family).source
+        if source == "rows" and self.model_is_dual:
+            return (f"{self.settings.model_name} is a dual encoder: it answers no questions, so {family} does not "
+                    "apply (the lgip families probe it)")
+        if source == "captions" and self.dual_model is None:
+            return (f"{family} probes a dual encoder and none is given: pass a CLIP / SigLIP --model, or "
+                    "--dual-model <hub id or directory>")
+        return None
+
     # -- inputs ---------------------------------------------------------------------------------
 
     @property
@@ -66,7 +165,11 @@ class RobustnessSession:
         """Sampled source rows by dataset; a bad data file is a usage error naming file, line and field."""
         if self._rows is None:
             try:
-                self._rows = load_source_rows(self.settings.data, self.settings.rows_per_set, self.settings.seed)
+                from laya_robustness.loaders import LoadSettings
+
+                s = self.settings
+                load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data)
+                self._rows = load_source_rows(s.data, s.rows_per_set, s.seed, load)
             except (RowError, FileNotFoundError) as exc:
                 raise pytest.UsageError(f"--data: {exc}") from exc
         return self._rows
@@ -74,6 +177,39 @@ class RobustnessSession:
     @property
     def datasets(self) -> list[str]:
         return list(self.rows)
+
+    def _probes_captions(self) -> bool:
+        selected = [get_family(f) for f in self.families]
+        return self.dual_model is not None and any(f.source == "captions" for f in selected)
+
+    @property
+    def caption_rows(self) -> dict:
+        """Caption rows by dataset (when a caption family is selected and a dual encoder is there), else {}."""
+        if self._caption_rows is None:
+            self._caption_rows = {}
+            if self._probes_captions():
+                from laya_robustness.captions import load_captions
+
+                try:
+                    rows = load_captions(self.settings.captions)
+                    if self.settings.paraphrases is not None:
+                        rows = _with_paraphrases(rows, self.settings.paraphrases)
+                except (RowError, FileNotFoundError) as exc:
+                    raise pytest.UsageError(f"--captions: {exc}") from exc
+                self._caption_rows = dict(sorted(rows.items()))
+        return self._caption_rows
+
+    def rows_of(self, family: str) -> dict:
+        """The source rows a family is built from, by dataset (question rows or caption rows)."""
+        return self.caption_rows if get_family(family).source == "captions" else self.rows
+
+    def caption_sets_for_collection(self) -> list[str]:
+        """Caption dataset names to parametrise over; a bad caption file is kept and raised after collection."""
+        try:
+            return list(self.caption_rows)
+        except pytest.UsageError as exc:
+            self.usage_error = exc
+            return []
 
     def validate_inputs(self) -> None:
         """Load rows and limits now; their errors are usage errors (exit 4), not test failures."""
@@ -101,7 +237,7 @@ class RobustnessSession:
             try:
                 self._thresholds = load_thresholds(
                     self.settings.thresholds, families={f.name: f.checks for f in declared()},
-                    datasets=self.datasets, conditions=INVARIANCE_CONDITIONS, overlays=overlays)
+                    datasets=[*self.datasets, *self.caption_rows], conditions=INVARIANCE_CONDITIONS, overlays=overlays)
             except ThresholdsError as exc:
                 raise pytest.UsageError(str(exc)) from exc
         return self._thresholds
@@ -111,46 +247,99 @@ class RobustnessSession:
             self.harness_errors.append(message)
         return HarnessError(message)
 
-    def scorer(self, device: str):
-        """The model on ``device``, loaded once per process; a failed load is remembered and not retried."""
-        if device in self._load_errors:
-            raise HarnessError(self._load_errors[device] + " (failed earlier in this run; not retried)")
-        if device not in self._scorers:
-            from laya_robustness.scoring import load_scorer
-
+    def scorer(self, device: str, source: str = "rows"):
+        """The model scoring ``source`` rows on ``device`` (the dual encoder for captions), loaded once per
+        process; a failed load is remembered and not retried. Its identity is kept under ``identity_key``."""
+        key = identity_key(device, source)
+        if key in self._load_errors:
+            raise HarnessError(self._load_errors[key] + " (failed earlier in this run; not retried)")
+        if key not in self._scorers:
             s = self.settings
+            model = self.dual_model if source == "captions" else s.model
             try:
-                self._scorers[device] = load_scorer(
-                    s.scorer, s.model, device=device, precision=s.precision,
-                    batch_size=s.batch_size, attn_implementation=s.attn_implementation)
-                self.identities[device] = dict(getattr(self._scorers[device], "identity", {}))
+                if source == "captions" or self.model_is_dual:
+                    from laya_robustness.scoring.dual import DualEncoderScorer
+
+                    scorer = DualEncoderScorer.from_pretrained(
+                        model, device=device, precision=s.precision, batch_size=s.batch_size,
+                        attn_implementation=s.attn_implementation)
+                else:
+                    from laya_robustness.scoring import load_scorer
+
+                    scorer = load_scorer(s.scorer, model, device=device, precision=s.precision,
+                                         batch_size=s.batch_size, attn_implementation=s.attn_implementation)
+                self._scorers[key] = scorer
+                self.identities[key] = dict(getattr(scorer, "identity", {}))
             except Exception as exc:  # any failure to load is the harness's, not the gate's
-                message = f"cannot load scorer {s.scorer!r} for model {s.model!r} on {device}: {exc}"
-                self._load_errors[device] = message
+                message = f"cannot load scorer {s.scorer!r} for model {model!r} on {device}: {exc}"
+                self._load_errors[key] = message
                 raise self._harness_error(message) from exc
-        return self._scorers[device]
+        return self._scorers[key]
 
     # -- scoring --------------------------------------------------------------------------------
 
+    def _source_of(self, family: str, dataset: str) -> str:
+        """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
+        if family == ORIG:
+            return "captions" if dataset in self.caption_rows else "rows"
+        return get_family(family).source
+
     def family_rows(self, family: str, dataset: str):
         """The rows ``family`` scores on one dataset (the source rows for orig)."""
-        return build_variants(family, self.rows[dataset], self.settings.seed)
+        source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
+        return build_variants(family, source[dataset], self.settings.seed)
+
+    def journal(self, device: str, source: str):
+        """The journal this process appends ``source`` records of ``device`` to (see laya_robustness.journal)."""
+        from laya_robustness.journal import JOURNAL_DIR, Journal, config_fingerprint, read_journals
+
+        key = identity_key(device, source)
+        if key not in self._journals:
+            scorer, s = self.scorer(device, source), self.settings
+            settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
+                        "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
+                        "attn_implementation": s.attn_implementation}
+            folder = s.journal or self.report_dir / JOURNAL_DIR
+            worker = getattr(self.config, "workerinput", {}).get("workerid")
+            name = "".join(c if c.isalnum() or c in "-_" else "_" for c in key) + (f".{worker}" if worker else "")
+            known = read_journals(folder) if s.resume else {}
+            identity = getattr(scorer, "identity", {})
+            self._journals[key] = Journal(folder / f"{name}.jsonl", config_fingerprint(identity, settings), known)
+        return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
+        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored;
+        with --resume the rows an earlier run journaled are reused and only the others scored."""
+        from laya_robustness.journal import row_key
+
         key = (family, dataset, device)
         if key in self._scored:
             return
-        scorer = self.scorer(device)
+        source = self._source_of(family, dataset)
+        scorer, journal = self.scorer(device, source), self.journal(device, source)
         rows = self.family_rows(family, dataset)
-        try:
-            scored = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures).records(rows)
-        except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
-            raise self._harness_error(
-                f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} failed: "
-                f"{type(exc).__name__}: {exc}") from exc
+        scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         store = self.records.setdefault(device, {})
-        for rec in scored:
-            store[rec.row_id] = rec
+        progress = scoring_progress(self.config, device, f"{family}/{dataset}", len(rows))
+        for chunk in scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size):
+            keys = [row_key(journal.config, rows[i]) for i in chunk]
+            missing = [j for j, k in enumerate(keys) if k not in journal.known]
+            scored = [None if j in missing else Record.parse(journal.known[k], f"journal record {k}")
+                      for j, k in enumerate(keys)]
+            if missing:
+                try:
+                    new = scoring.records([rows[chunk[j]] for j in missing])
+                except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
+                    raise self._harness_error(
+                        f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} failed: "
+                        f"{type(exc).__name__}: {exc}") from exc
+                for j, rec in zip(missing, new):
+                    scored[j] = rec
+                journal.append((keys[j], scored[j]) for j in missing)
+            for rec in scored:
+                store[rec.row_id] = rec
+            progress.update(len(chunk))
+        progress.close()
         self._scored.add(key)
 
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
@@ -165,6 +354,9 @@ class RobustnessSession:
         """Evaluate every limit of (family, dataset); fail, xfail (known limitation), skip or pass."""
         if family != ORIG and family not in self.families:
             pytest.skip(f"{family} is not in --families ({','.join(self.families)})")
+        reason = self.skip_reason(family)
+        if reason:
+            pytest.skip(reason)
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
@@ -172,12 +364,15 @@ class RobustnessSession:
         cell = summary_cell(summarize(records, seed=self.seed), family, dataset)
         if not limits:
             pytest.skip(f"scored; the limits set none for {family} on {dataset}")
-        results = checks.evaluate_cell(family, dataset, cell, limits)
-        self.results += [{**asdict(r), "device": device} for r in results]
+        results = checks.evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
+        have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:
             limitation = self.thresholds.known_limitation(family, dataset, check)
             return limitation.reason if limitation else None
+
+        self.results += [{**asdict(r), "device": device, "n_rows_have": have, "known": known(r.check) is not None}
+                         for r in results]
 
         verdict = cell_verdict(results, known)
         if verdict.outcome == FAIL:
@@ -194,26 +389,39 @@ class RobustnessSession:
 
     # -- invariance -----------------------------------------------------------------------------
 
-    def invariance(self, condition: str, device: str) -> dict:
-        """The stats of one invariance condition on ``device`` (references computed once per process)."""
-        if device not in self._invariance:
+    def invariance(self, condition: str, device: str, source: str = "rows") -> dict:
+        """The stats of one invariance condition of the ``source`` model on ``device`` (references computed
+        once per process). The dual encoder is checked on caption rows, under the conditions it can take."""
+        if source == "rows" and self.model_is_dual:
+            pytest.skip("--model is a dual encoder: its invariance conditions run in test_dual_invariance")
+        if source == "captions" and self.dual_model is None:
+            pytest.skip("no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
+        if source == "captions" and condition not in DUAL_CONDITIONS:
+            pytest.skip(f"{condition} needs rows with several or no images, which a dual encoder does not score")
+        key = identity_key(device, source)
+        if key not in self._invariance:
             n = self.settings.invariance_rows
-            rows = [r for name in self.datasets for r in self.rows[name][:n]]
-            self._invariance[device] = InvarianceRun(self.scorer(device), rows, self.settings.batch_size,
-                                                     self.settings.temperatures)
+            rows_by_dataset = self.caption_rows if source == "captions" else self.rows
+            rows = [r for name in rows_by_dataset for r in rows_by_dataset[name][:n]]
+            if not rows:
+                what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
+                pytest.skip(f"no {what} to score {condition} on")
+            self._invariance[key] = InvarianceRun(self.scorer(device, source), rows, self.settings.batch_size,
+                                                  self.settings.temperatures)
         try:
-            stats = self._invariance[device].run(condition)
+            stats = self._invariance[key].run(condition)
         except ConditionNotSupported as exc:
             pytest.skip(f"{condition} is not supported by this scorer: {exc}")
         except Exception as exc:
             raise self._harness_error(f"invariance condition {condition} on {device} with model "
                                       f"{self.settings.model!r} failed: {type(exc).__name__}: {exc}") from exc
-        self.invariance_results.setdefault(device, {})[condition] = stats
+        name = condition if source == "rows" else f"{DUAL_PREFIX}{condition}"
+        self.invariance_results.setdefault(device, {})[name] = stats
         return stats
 
-    def check_invariance(self, condition: str, device: str) -> None:
+    def check_invariance(self, condition: str, device: str, source: str = "rows") -> None:
         """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
-        stats = self.invariance(condition, device)
+        stats = self.invariance(condition, device, source)
         section = BF16_BUDGET if stats["precision"] == BF16 else condition
         limits = self.thresholds.invariance_limits(section)
         if not limits:
@@ -230,12 +438,81 @@ class RobustnessSession:
 
     # -- all families ---------------------------------------------------------------------------
 
+    def run_cells(self) -> list[tuple[str, str]]:
+        """Every (family, dataset) cell the run's family tests evaluate: orig on the question sets, and each
+        selected family that can run on every dataset of its source."""
+        cells = [] if self.model_is_dual else [(ORIG, d) for d in self.datasets]
+        for family in self.families:
+            if not self.skip_reason(family):
+                cells += [(family, d) for d in self.rows_of(family)]
+        return cells
+
+    @property
+    def n_interval_checks(self) -> int:
+        """m: how many limits of the whole run are judged on their interval (each gets alpha / m), the
+        regression checks against a --baseline included."""
+        if self._n_interval_checks is None:
+            t = self.thresholds
+            m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
+            if self.settings.baseline is not None and t.gate.max_regression is not None and t.gate.judge == "interval":
+                m += len({f for f, _ in self.run_cells()})
+            self._n_interval_checks = m
+        return self._n_interval_checks
+
+    @property
+    def baseline_records(self) -> list:
+        """The records of --baseline (a bad file is a usage error naming it)."""
+        if self._baseline is None:
+            from laya_robustness.predictions import PredictionError, read_predictions
+
+            try:
+                self._baseline = read_predictions(self.settings.baseline)
+            except (PredictionError, OSError) as exc:
+                raise pytest.UsageError(f"--baseline: {exc}") from exc
+        return self._baseline
+
+    def check_regression(self, family: str, device: str) -> None:
+        """The family, over all its datasets, against the --baseline: max_regression and the McNemar tests."""
+        from laya_robustness.metrics.baseline import ALL
+
+        if self.settings.baseline is None:
+            pytest.skip("no --baseline to compare with")
+        limit = self.thresholds.gate.max_regression
+        if family != ORIG and family not in self.families:
+            pytest.skip(f"{family} is not in --families ({','.join(self.families)})")
+        reason = None if family == ORIG else self.skip_reason(family)
+        if reason:
+            pytest.skip(reason)
+        datasets = [d for f, d in self.run_cells() if f == family]
+        records = [r for d in datasets for r in self.family_records(family, d, device) if r.family == family]
+        summary = summarize(records, seed=self.seed, baseline=self.baseline_records)
+        cell = summary.get("baseline", {}).get(family, {}).get(ALL)
+        if not cell or not cell["n_groups"]:
+            pytest.skip(f"the baseline has none of this run's {family} rows")
+        if limit is None:
+            pytest.skip("the limits set no [gate] max_regression")
+        judge = checks.Judgement(lambda check: self.thresholds.gate.judge,
+                                 self.thresholds.gate.alpha_each(self.n_interval_checks))
+        (result,) = checks.evaluate_cell(family, ALL, cell, {"max_regression": limit}, judge)
+        self.results += [{**asdict(result), "device": device, "n_rows_have": None, "known": False}]
+        if not result.passed:
+            mcnemar = cell["mcnemar_acc"]
+            pytest.fail(checks.failure_message(result, [
+                f"McNemar on accuracy: {mcnemar['b']} rows right in the baseline and wrong now, {mcnemar['c']} "
+                f"the other way (p = {mcnemar['p']:.3g}) over {mcnemar['n_pairs']} matched rows"]), pytrace=False)
+
+    def judgement(self, family: str, dataset: str):
+        """How the limits of one cell are judged (their judge, and alpha / m of the whole run)."""
+        t = self.thresholds
+        return checks.Judgement(lambda check: t.judge_for(family, dataset, check),
+                                t.gate.alpha_each(self.n_interval_checks))
+
     def full_summary(self, device: str) -> dict:
-        """The summary of every selected family on every dataset (scoring whatever is missing)."""
-        for dataset in self.datasets:
-            for family in self.families:
-                self.family_records(family, dataset, device)
-        return summarize(list(self.records[device].values()), seed=self.seed)
+        """The summary of every selected family that can run, on every dataset of its source (scoring
+        whatever is missing), with orig on the caption sets the lgip families pair with."""
+        for family, dataset in self.run_cells():
+            self.family_records(family, dataset, device)
+        return summarize(list(self.records.get(device, {}).values()), seed=self.seed)
 
     # -- xdist ----------------------------------------------------------------------------------
 

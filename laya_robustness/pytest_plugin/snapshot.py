@@ -41,9 +41,10 @@ def data_fingerprint(rows: Mapping[str, Sequence[Row]]) -> str:
 
 
 def model_fingerprint(identity: Mapping, model_name: str, scorer: str) -> str:
-    """A short sha256 of the model's weight hashes (of its name and scorer when it reports none)."""
-    weights = identity.get("weights_sha256") or {}
-    basis = json.dumps(weights, sort_keys=True) if weights else f"{scorer}:{model_name}"
+    """A short sha256 of the models' weight hashes (the question model's and, under ``"dual"``, the dual
+    encoder's); of the model name and scorer when they report none."""
+    weights = {"model": identity.get("weights_sha256") or {}, "dual": (identity.get("dual") or {}).get("weights_sha256")}
+    basis = json.dumps(weights, sort_keys=True) if any(weights.values()) else f"{scorer}:{model_name}"
     return hashlib.sha256(basis.encode()).hexdigest()[:FINGERPRINT_CHARS]
 
 
@@ -54,22 +55,33 @@ def families_label(families: Sequence[str]) -> str:
 
 def snapshot_name(session, device: str) -> str:
     """The name of the run configuration's snapshot (see the module doc)."""
-    from laya_robustness.pytest_plugin.session import GPU_DEVICE
+    from laya_robustness.pytest_plugin.session import GPU_DEVICE, identity_key
 
     s = session.settings
     model = "".join(c if c.isalnum() or c in "-_" else "_" for c in s.model_name.strip("/"))
-    session.scorer(device)  # the identity (weight hashes) comes from the loaded scorer
-    m = model_fingerprint(session.identities.get(device, {}), s.model_name, s.scorer)
-    d = data_fingerprint(session.rows)
+    identity = {}
+    if not session.model_is_dual:
+        session.scorer(device)  # the identity (weight hashes) comes from the loaded scorer
+        identity = dict(session.identities.get(device, {}))
+    if session.caption_rows:
+        session.scorer(device, "captions")
+        identity["dual"] = session.identities.get(identity_key(device, "captions"), {})
+    m = model_fingerprint(identity, s.model_name, s.scorer)
+    d = data_fingerprint({**session.rows, **session.caption_rows})
     kind = "gpu" if device == GPU_DEVICE else "cpu"
     return f"{model}.{kind}.m{m}.d{d}.s{s.seed}.n{s.rows_per_set}.{families_label(s.families)}"
 
 
 def snapshot_view(session, device: str) -> dict:
     """What the snapshot holds: the run's identity and every metric rounded to 4 d.p. (no timings/versions)."""
+    from laya_robustness.pytest_plugin.session import identity_key
+
     summary = session.full_summary(device)
     identity = dict(session.identities.get(device, {}))
     identity.pop("model", None)
+    dual = dict(session.identities.get(identity_key(device, "captions"), {}))
+    if dual:
+        identity["dual"] = {k: v for k, v in dual.items() if k != "model"}
     metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
     s = session.settings
     return {"model": s.model_name, "identity": identity, "seed": s.seed, "rows_per_set": s.rows_per_set,

@@ -1,55 +1,100 @@
-"""The terminal summary: families x datasets with each cell's numbers and its checks' outcome."""
+"""The terminal summary: per summary block, one row per (family, dataset) with its headline numbers and checks.
+
+Every block of the summary appears (the flat table and every extension block), its columns and
+families derived from the declarations (``laya_robustness.report.cells``). Tables fit in ``WIDTH``
+columns: a row whose checks do not fit says how many checks decided it instead of naming them,
+and a block that still does not fit drops its intervals.
+"""
 
 from __future__ import annotations
 
-MARKS = {"fail": "FAIL", "xfail": "xfail", "pass": "ok"}
+from laya_robustness.report.cells import (
+    MARKS,
+    NO_CHECK,
+    UNCHECKED,
+    cell_rows,
+    cell_verdicts,
+    columns_of,
+    invariance_verdicts,
+    summary_blocks,
+    text_rows,
+    verdict_line,
+)
+
+WIDTH = 120
 
 
-def _outcome(results: list[dict], family: str, dataset: str, device: str, known) -> str:
-    mine = [r for r in results if (r["family"], r["dataset"], r["device"]) == (family, dataset, device)]
-    if not mine:
-        return ""
-    failed = [r for r in mine if not r["passed"]]
-    if not failed:
-        return MARKS["pass"]
-    if all(known(family, dataset, r["check"]) for r in failed):
-        return MARKS["xfail"]
-    return MARKS["fail"]
-
-
-def cell_text(cell: dict | None, family: str) -> str:
-    """``acc / delta / flip`` of a summary cell (``acc`` alone for orig)."""
-    if not cell:
-        return "-"
-    if family == "orig" or cell.get("flip") is None or cell.get("delta") is None:
-        return f"{cell['acc']:.3f}"
-    return f"{cell['acc']:.3f} / {cell['delta']:+.3f} / {cell['flip']:.3f}"
-
-
-def table_lines(summary: dict, results: list[dict], device: str, known) -> list[str]:
-    families = sorted(summary["families"], key=lambda f: (f != "orig", f))
-    datasets = sorted({d for f in families for d in summary["families"][f]})
-    header = ["dataset"] + families
-    rows = [header]
-    for d in datasets:
-        row = [d]
-        for f in families:
-            text = cell_text(summary["families"][f].get(d), f)
-            mark = _outcome(results, f, d, device, known)
-            row.append(f"{text} [{mark}]" if mark else text)
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
-def invariance_lines(conditions: dict) -> list[str]:
-    """One line per condition: precision, max |dp|, max |dlogit|, flips / rows, bitwise."""
-    rows = [["condition", "precision", "max |dp|", "max |dlogit|", "flips / rows", "bitwise"]]
-    for name, st in sorted(conditions.items()):
-        rows.append([name, st["precision"], f"{st['max_abs_dp']:.1e}", f"{st['max_abs_dlogit']:.1e}",
-                     f"{st['flips']} / {st['rows']}", "yes" if st["bitwise"] else "no"])
+def render(rows: list[list[str]]) -> list[str]:
+    """Left-aligned columns separated by two spaces."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _short(verdict) -> str:
+    deciding = verdict.deciding()
+    return f"{MARKS[verdict.outcome]} ({len(deciding)} checks)" if len(deciding) > 1 else verdict.short()
+
+
+def block_lines(summary: dict, verdicts: dict, block: str, width: int = WIDTH) -> list[str]:
+    """One block as a table no wider than ``width`` where the names allow it (see the module doc).
+
+    Tried in turn: intervals on every column, on the headline columns only (not ECE), none; each with
+    the deciding checks named, then counted.
+    """
+    rows, columns = cell_rows(summary, verdicts, block), columns_of(summary, block)
+    headline = [k for k in columns if k != "ece"]
+    for intervals in (columns, headline, ()):
+        table = text_rows(rows, columns, intervals)
+        lines = render(table)
+        if max(map(len, lines)) <= width:
+            return lines
+        table = [table[0]] + [t[:-1] + [_short(r.verdict)] for t, r in zip(table[1:], rows)]
+        lines = render(table)
+        if max(map(len, lines)) <= width:
+            return lines
+    return lines
+
+
+def table_lines(summary: dict, results: list[dict], device: str, known, width: int = WIDTH) -> list[str]:
+    """Every block of one device's summary, each under a ``[block]`` heading, then the verdict counts.
+
+    ``known(family, dataset, check)`` returns a declared known limitation (anything with a ``reason``) or None.
+    """
+    verdicts = _verdicts(results, device, known)
+    lines: list[str] = []
+    for block in summary_blocks(summary):
+        lines += [f"[{block}]", *block_lines(summary, verdicts, block, width), ""]
+    return lines + [f"verdicts: {verdict_line(verdicts)}"]
+
+
+def _verdicts(results: list[dict], device: str, known) -> dict:
+    def reason(family: str, dataset: str, check: str) -> str | None:
+        hit = known(family, dataset, check)
+        return None if hit is None else getattr(hit, "reason", str(hit))
+
+    return cell_verdicts([r for r in results if r.get("device", device) == device], reason)
+
+
+def power_lines(results: list[dict]) -> list[str]:
+    """The interval-judged checks whose sets are too small to tell a 5-point change from none."""
+    lines = []
+    for r in results:
+        needed, have = r.get("rows_needed"), r.get("n_rows_have")
+        if needed and have and needed > have:
+            lines.append(f"{r['family']}/{r['dataset']} {r['check']}: needs about {needed} rows per set, has {have}")
+    return sorted(set(lines))
+
+
+def invariance_lines(conditions: dict, verdicts: dict | None = None) -> list[str]:
+    """One line per condition: precision, max |dp|, max |dlogit|, flips / rows, bitwise, checks."""
+    verdicts = verdicts or {}
+    rows = [["condition", "precision", "max |dp|", "max |dlogit|", "flips / rows", "bitwise", "checks"]]
+    for name, st in sorted(conditions.items()):
+        v = verdicts.get(name, NO_CHECK)
+        rows.append([name, st["precision"], f"{st['max_abs_dp']:.1e}", f"{st['max_abs_dlogit']:.1e}",
+                     f"{st['flips']} / {st['rows']}", "yes" if st["bitwise"] else "no",
+                     "-" if v.outcome == UNCHECKED else v.short()])
+    return render(rows)
 
 
 def write_summary(reporter, session) -> None:
@@ -57,14 +102,24 @@ def write_summary(reporter, session) -> None:
         reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
     if not session.records and not session.invariance_results:
         return
+    known = session.thresholds.known_limitation
     for device, conditions in sorted(session.invariance_results.items()):
         reporter.write_sep("=", f"invariance ({device}): each condition vs its own path's reference")
-        for line in invariance_lines(conditions):
+        for line in invariance_lines(conditions, invariance_verdicts(_verdicts(session.results, device, known))):
             reporter.write_line(line)
-    known = session.thresholds.known_limitation
     for device, summary in sorted(session.summaries.items()):
-        reporter.write_sep("=", f"robustness gate ({device}): acc / delta / flip per family, [checks]")
+        reporter.write_sep("=", f"robustness gate ({device}): headline [95% CI] per family and dataset, checks")
         for line in table_lines(summary, session.results, device, known):
+            reporter.write_line(line)
+    power = power_lines(session.results)
+    if power:
+        reporter.write_sep("-", "too few rows to tell a 5-point change from none at the gate's error rate")
+        for line in power:
             reporter.write_line(line)
     for path in getattr(session, "written", []):
         reporter.write_line(f"wrote {path}")
+    if session.incomplete_reason:
+        kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
+            if session.kept_previous_report else ""
+        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; rerun with --resume to finish it",
+                            yellow=True)

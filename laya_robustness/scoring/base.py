@@ -1,24 +1,96 @@
-"""The scorer contract: what the harness calls on a scorer, and the display-order -> label-order map."""
+"""The scorer contract (what the harness calls), its errors, and the display-order -> label-order map.
+
+A scorer must have what ``Scorer`` declares; the HF scorer also has the optional capabilities
+listed in ``OPTIONAL_CAPABILITIES``, which the harness uses when present.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+import inspect
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from laya_robustness.rows import Row
 
 
+class ModelLoadError(RuntimeError):
+    """The model, its processor or a plug-in scorer could not be loaded (a harness error, not a gate failure)."""
+
+
+class UnsupportedArchitecture(ModelLoadError):
+    """The checkpoint's architecture has no adapter; the message names it and lists the supported ones."""
+
+
+class ScorerContractError(ModelLoadError):
+    """A plug-in factory returned an object that does not have what ``Scorer`` declares."""
+
+
+class ScoringError(RuntimeError):
+    """Scoring a batch failed; the message names the model and the row ids of the batch (a harness error)."""
+
+    def __init__(self, model: str, row_ids: Sequence[str], cause: BaseException):
+        self.model, self.row_ids = model, list(row_ids)
+        shown = ", ".join(self.row_ids[:8]) + (f", ... ({len(self.row_ids)} rows)" if len(self.row_ids) > 8 else "")
+        super().__init__(f"scoring with model {model!r} failed on rows [{shown}]: {type(cause).__name__}: {cause}")
+
+
+@runtime_checkable
 class Scorer(Protocol):
-    """Anything that scores rows: logits per option, in label order, one array per row."""
+    """Anything that scores rows: one array of logits per row, one logit per option, in label order.
+
+    ``identity`` is copied into the reports' meta (model name, weight hashes, template, ...).
+    ``score_batch`` is the batch path (many rows per forward; bf16 autocast on CUDA allowed);
+    ``score_predict`` the predict path (fp32; the harness passes one image's questions per call),
+    with the prefix cache on or off.
+    """
 
     identity: dict
 
     def score_batch(self, rows: Sequence[Row]) -> list[np.ndarray]:
-        """The batch path: many rows per forward."""
+        """The batch path: logits (label order) of every row."""
 
-    def score_predict(self, rows: Sequence[Row]) -> list[np.ndarray]:
-        """The predict path: fp32, the given rows (one image's questions) in one call."""
+    def score_predict(self, rows: Sequence[Row], use_cache: bool = True) -> list[np.ndarray]:
+        """The predict path: fp32 logits (label order) of the given rows, with or without the prefix cache."""
+
+
+#: Optional methods and attributes the harness uses when a scorer has them (the HF scorer has all):
+#: ``stats`` (dict of counters: ``rows``, ``forwards``, ``vision_encodes``, ...), ``generate(rows,
+#: max_new_tokens=16) -> list[str]`` (greedy answer text after the same prompt), ``layer_states(rows)
+#: -> list[np.ndarray]`` ((n_layers + 1, hidden) fp32 at the last prompt position: the hook for
+#: layerwise divergence analyses) and ``score_batch_per_option(rows)`` (the batch path with every
+#: option in its own sequence: the reference of the ``one_pass_vs_per_option`` invariance condition).
+OPTIONAL_CAPABILITIES = ("stats", "generate", "layer_states", "score_batch_per_option")
+
+
+def check_scorer(scorer: object, source: str) -> object:
+    """``scorer`` itself when it meets the ``Scorer`` contract, else ``ScorerContractError`` saying what is wrong.
+
+    ``source`` names where the object came from (e.g. the plug-in spec) in the message.
+    """
+    problems = []
+    identity = getattr(scorer, "identity", None)
+    if not isinstance(identity, dict):
+        problems.append(f"'identity' must be a dict, got {type(identity).__name__}")
+    for name in ("score_batch", "score_predict"):
+        method = getattr(scorer, name, None)
+        if method is None:
+            problems.append(f"method '{name}(rows)' is missing")
+        elif not callable(method):
+            problems.append(f"'{name}' is not callable")
+    predict = getattr(scorer, "score_predict", None)
+    if callable(predict):
+        try:
+            params = inspect.signature(predict).parameters
+        except (TypeError, ValueError):
+            params = {}
+        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        if params and "use_cache" not in params and not takes_kwargs:
+            problems.append("'score_predict' must accept the keyword argument 'use_cache'")
+    if problems:
+        raise ScorerContractError(f"scorer from {source} ({type(scorer).__name__}) does not meet the Scorer "
+                                  f"contract: {'; '.join(problems)}")
+    return scorer
 
 
 def to_label_order(row: Row, shown_logits: Sequence[float]) -> np.ndarray:

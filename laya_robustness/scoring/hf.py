@@ -1,9 +1,29 @@
-"""Scorer for Hugging Face image-text-to-text models (SmolVLM / Idefics3 first), batch and predict paths."""
+"""Scorer for Hugging Face image-text-to-text models: one pass per row, one vision encode per distinct image.
+
+An option's logit is log p(answer text | prompt) summed over the answer's tokens. Per-architecture
+knowledge (template, image inputs, positions, masks, head) lives in ``scoring.adapters``; this
+module runs the paths:
+
+- **batch** (``score_batch``): all k options of a row in one sequence with block option attention
+  (``scoring.layout``), ``batch_size`` rows per forward in length-sorted buckets; bf16 autocast on
+  CUDA with precision ``auto``, fp32 on CPU.
+- **predict** (``score_predict``): fp32; each row's prompt runs once, then its multi-token options
+  run as one batch against the repeated prefix cache (``use_cache=True``), or every option runs
+  as its own prompt + option sequence (``use_cache=False``).
+- **per option** (``score_batch_per_option``): the batch path with one sequence per (row, option),
+  the reference the one-pass batch path is held to.
+
+Images are preprocessed once per content (sha256 of mode, size and pixels) and encoded once per
+content and precision; both stores are LRUs bounded by bytes (``cache.DEFAULT_*_CACHE_BYTES``).
+Templated prompts and tokenized texts are cached per text. ``stats`` counts rows, forwards,
+vision encodes and cache hits.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import copy
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -11,106 +31,137 @@ from typing import Sequence
 import numpy as np
 
 from laya_robustness.rows import Row
-from laya_robustness.scoring.base import to_label_order
-from laya_robustness.scoring.prompt import answer_text, chat_messages
+from laya_robustness.scoring import layout
+from laya_robustness.scoring.base import ModelLoadError, ScoringError, to_label_order
+from laya_robustness.scoring.cache import (DEFAULT_FEATURE_CACHE_BYTES, DEFAULT_PIXEL_CACHE_BYTES, ByteLRU,
+                                           image_digest, tensor_bytes)
+from laya_robustness.scoring.loading import (load_model, load_processor, resolve_checkpoint, supported_adapter,
+                                             weight_hashes)
+from laya_robustness.scoring.prompt import user_text
 
 PRECISIONS = ("auto", "fp32", "bf16")
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
+TEXT_CACHE_ENTRIES = 1 << 16
+STAT_KEYS = ("rows", "forwards", "sequences", "tokens", "vision_encodes", "vision_forwards", "feature_cache_hits",
+             "image_preprocess", "pixel_cache_hits", "prompt_cache_hits")
+
+__all__ = ["HFVLMScorer", "ModelLoadError", "PreparedRow", "EncodedRow", "weight_hashes"]
 
 
-class ModelLoadError(RuntimeError):
-    """The model or processor could not be loaded (a harness error, not a gate failure)."""
+@dataclass(frozen=True)
+class PreparedRow:
+    """A row ready for the language model: its prompt, its image groups (content keys) and its options' ids."""
+
+    row_id: str
+    prompt: layout.Prompt
+    groups: tuple[tuple[str, ...], ...]
+    options: tuple[tuple[int, ...], ...]  # display order
 
 
 @dataclass
 class EncodedRow:
-    """A row's prompt ids, its pixels (or None) and its options' answer ids, in display order."""
+    """Prompt ids, pixels (n_images, 3, H, W) or None, pixel mask, and the options' ids (Idefics-shaped inputs)."""
 
     prompt_ids: list[int]
-    pixel_values: "object | None"  # torch.Tensor (n_images, 3, H, W)
-    pixel_mask: "object | None"  # torch.Tensor (n_images, H, W)
+    pixel_values: "object | None"
+    pixel_mask: "object | None"
     option_ids: list[list[int]]
 
 
-def weight_hashes(directory: Path) -> dict[str, str]:
-    """sha256 of every weight file in a checkpoint directory, by file name."""
-    out = {}
-    for path in sorted(directory.iterdir()):
-        if path.suffix in WEIGHT_SUFFIXES:
-            out[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+class _TextCache(OrderedDict):
+    """A small LRU by entry count for templated prompts and token ids."""
 
+    def __init__(self, max_entries: int = TEXT_CACHE_ENTRIES):
+        super().__init__()
+        self.max_entries = max_entries
 
-def _resolve_local_dir(name_or_path: str) -> Path | None:
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(name_or_path, local_files_only=True))
-    except Exception:  # not in the local cache: no hashes to report
-        return None
+    def lookup(self, key, make):
+        if key in self:
+            self.move_to_end(key)
+            return self[key], True
+        value = self[key] = make()
+        if len(self) > self.max_entries:
+            self.popitem(last=False)
+        return value, False
 
 
 class HFVLMScorer:
-    """Scores rows with a generative VLM: an option's logit is the log-likelihood of its answer text.
+    """Scores rows with a generative VLM: an option's logit is the log-likelihood of its answer text."""
 
-    Batch path: every (row, option) sequence of up to ``batch_size`` rows in one
-    right-padded forward; bf16 autocast on CUDA with precision ``auto``, fp32 on CPU.
-    Predict path: fp32, one call per image's questions; the prompt runs once and
-    each option continues from its cached keys/values (``use_cache=True``), or
-    runs prompt + option from scratch (``use_cache=False``).
-    """
-
-    def __init__(self, model, processor, *, device: str = "cpu", precision: str = "auto",
-                 batch_size: int = 16, identity: dict | None = None):
+    def __init__(self, model, processor, *, device: str = "cpu", precision: str = "auto", batch_size: int = 16,
+                 identity: dict | None = None, feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
+                 pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES, vision_batch_size: int | None = None):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model, self.processor = model.eval(), processor
+        self.adapter = supported_adapter(model.config)(self.model, processor)
         self.tokenizer = processor.tokenizer
         self.device, self.precision, self.batch_size = device, precision, batch_size
-        self.identity = identity or {}
-        self.eos_token = self.tokenizer.eos_token or "<end_of_utterance>"
+        self.vision_batch_size = vision_batch_size or batch_size
+        self.identity = {**(identity or {}), **self.adapter.identity()}
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.eos_token = self.adapter.end_of_answer()
+        self._cache_bytes = (feature_cache_bytes, pixel_cache_bytes)
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
+        self.stats = {k: 0 for k in STAT_KEYS}
+        self._feature_store = ByteLRU(self._cache_bytes[0])
+        self._pixels = ByteLRU(self._cache_bytes[1])
+        self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _TextCache()
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str = "cpu", precision: str = "auto",
-                        batch_size: int = 16, attn_implementation: str = "eager") -> "HFVLMScorer":
-        """Load a hub id or a local directory through ``AutoProcessor`` + ``AutoModelForImageTextToText``."""
-        import torch
-        from transformers import AutoModelForImageTextToText, AutoProcessor
+                        batch_size: int = 16, attn_implementation: str = "eager",
+                        trust_remote_code: bool = False) -> "HFVLMScorer":
+        """Load a local directory or a hub id (local cache first) through the adapter of its architecture."""
+        from transformers import AutoConfig
 
+        local = resolve_checkpoint(str(name_or_path))
+        source = str(local) if local is not None else str(name_or_path)
         try:
-            processor = AutoProcessor.from_pretrained(name_or_path)
-            model = AutoModelForImageTextToText.from_pretrained(
-                name_or_path, dtype=torch.float32, attn_implementation=attn_implementation)
-        except (OSError, ValueError, KeyError) as exc:
-            raise ModelLoadError(f"cannot load model {name_or_path!r}: {exc}") from exc
-        local = _resolve_local_dir(name_or_path)
+            config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+        except Exception as exc:
+            raise ModelLoadError(f"cannot load the config of model {name_or_path!r}: {exc}") from exc
+        supported_adapter(config)  # UnsupportedArchitecture before any weights are read
+        try:
+            processor = load_processor(source, trust_remote_code)
+            model = load_model(source, attn_implementation, trust_remote_code)
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(f"cannot load model {name_or_path!r}: {type(exc).__name__}: {exc}") from exc
         identity = {"model": str(name_or_path), "weights_sha256": weight_hashes(local) if local else {},
                     "attn_implementation": attn_implementation}
-        return cls(model.to(device), processor, device=device, precision=precision,
-                   batch_size=batch_size, identity=identity)
+        return cls(model.to(device), processor, device=device, precision=precision, batch_size=batch_size,
+                   identity=identity)
 
-    # -- encoding -------------------------------------------------------------------------------
+    def replaced(self, *, model=None, precision: str | None = None) -> "HFVLMScorer":
+        """A scorer like this one with another model (e.g. bf16 weights) or precision, and empty caches."""
+        other = copy.copy(self)
+        if model is not None:
+            other.model = model.eval()
+        other.adapter = type(self.adapter)(other.model, self.processor)  # its own, never shared
+        if precision is not None:
+            if precision not in PRECISIONS:
+                raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
+            other.precision = precision
+        other._reset_caches()
+        return other
 
-    def encode(self, row: Row) -> EncodedRow:
-        """Tokenize the chat-templated prompt with its images, and each shown option's answer."""
-        text = self.processor.apply_chat_template(chat_messages(row), add_generation_prompt=True)
-        images = [list(row.images)] if row.images else None
-        enc = self.processor(text=[text], images=images, return_tensors="pt")
-        pixels = enc.get("pixel_values")
-        mask = enc.get("pixel_attention_mask")
-        options = [self.tokenizer(answer_text(o, self.eos_token), add_special_tokens=False)["input_ids"]
-                   for o in row.shown_options]
-        return EncodedRow(enc["input_ids"][0].tolist(), None if pixels is None else pixels[0],
-                          None if mask is None else mask[0], options)
+    # -- precision ------------------------------------------------------------------------------
 
     def batch_precision(self) -> str:
         """``bf16`` when the batch path runs under bf16 autocast (CUDA with ``auto``, or ``bf16``), else ``fp32``."""
         on_cuda = str(self.device).startswith("cuda")
         return "bf16" if self.precision == "bf16" or (self.precision == "auto" and on_cuda) else "fp32"
+
+    def _mode(self, path: str) -> str:
+        """The precision a path runs in: the feature cache keeps each image once per mode."""
+        dtype = str(next(self.model.parameters()).dtype).replace("torch.", "")
+        autocast = self.batch_precision() if path == "batch" else "fp32"
+        return f"{dtype}/{autocast}"
 
     def _autocast(self, path: str):
         import torch
@@ -120,105 +171,325 @@ class HFVLMScorer:
             return torch.autocast(device_type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    # -- batch path -------------------------------------------------------------------------------
+    # -- preparing rows -------------------------------------------------------------------------
 
-    def score_batch(self, rows: Sequence[Row]) -> list[np.ndarray]:
-        """Logits (label order) of every row, ``batch_size`` rows per forward."""
-        out: list[np.ndarray] = []
-        for start in range(0, len(rows), self.batch_size):
-            chunk = rows[start:start + self.batch_size]
-            encoded = [self.encode(r) for r in chunk]
-            shown = self._forward_sequences(encoded)
-            out += [to_label_order(r, s) for r, s in zip(chunk, shown)]
+    def _image_entry(self, key: tuple[str, ...], images: tuple) -> tuple[dict, list[str]]:
+        entry = self._pixels.get(key)
+        if entry is not None:
+            self.stats["pixel_cache_hits"] += 1
+            return entry
+        entry = self.adapter.process_group(images)
+        self.stats["image_preprocess"] += 1
+        self._pixels.put(key, entry, tensor_bytes(entry[0]))
+        return entry
+
+    def _ids(self, text: str, answer: bool = False) -> list[int]:
+        ids, _ = self._token_ids.lookup((answer, text), lambda: (
+            self.adapter.tokenize_answer(text) if answer else self.adapter.tokenize_prompt(text)))
+        return ids
+
+    def _prompt(self, text: str, keys: tuple, groups: list[tuple]) -> layout.Prompt:
+        """The prompt of a templated text with these image groups: expanded, tokenized, positioned."""
+        entries = [self._image_entry(k, g) for k, g in zip(keys, groups)]
+        ids = self._ids(self.adapter.expand(text, [r for _, reps in entries for r in reps]))
+        return layout.Prompt(tuple(ids), self.adapter.prompt_positions(ids, [t for t, _ in entries]),
+                             self.adapter.prompt_blocks(ids))
+
+    def prepare(self, row: Row) -> PreparedRow:
+        """Template, image inputs and token ids of a row (each part cached by content)."""
+        text, _ = self._templates.lookup((user_text(row), len(row.images)), lambda: self.adapter.prompt_text(row))
+        groups = self.adapter.image_groups(row.images)
+        keys = tuple(tuple(image_digest(im) for im in g) for g in groups)
+        prompt, hit = self._prompts.lookup((text, keys), lambda: self._prompt(text, keys, groups))
+        self.stats["prompt_cache_hits"] += int(hit)
+        options = tuple(tuple(self._ids(self.adapter.answer_text(o, text), answer=True)) for o in row.shown_options)
+        return PreparedRow(row.row_id, prompt, keys, options)
+
+    def encode(self, row: Row) -> EncodedRow:
+        """The row's prompt ids, pixels and option ids as one model call takes them (used by the training recipe)."""
+        import torch
+
+        prepared = self.prepare(row)
+        tensors = [self._pixels.get(k) or self.adapter.process_group(g)
+                   for k, g in zip(prepared.groups, self.adapter.image_groups(row.images))]
+        pixels = [t["pixel_values"][0] for t, _ in tensors]
+        masks = [t["pixel_attention_mask"][0] for t, _ in tensors if "pixel_attention_mask" in t]
+        return EncodedRow(list(prepared.prompt.ids), torch.cat(pixels) if pixels else None,
+                          torch.cat(masks) if masks else None, [list(o) for o in prepared.options])
+
+    # -- vision features ------------------------------------------------------------------------
+
+    def _features(self, prepared: Sequence[PreparedRow], images: dict, path: str) -> dict:
+        """Features of every image group of these rows on the device, encoding only what no cache holds."""
+        import torch
+
+        mode = self._mode(path)
+        out, missing = {}, []
+        for key in dict.fromkeys(k for p in prepared for k in p.groups):
+            cached = self._feature_store.get((key, mode))
+            if cached is not None:
+                out[key] = cached
+                self.stats["feature_cache_hits"] += 1
+            else:
+                missing.append(key)
+        buckets: dict[tuple, list] = {}
+        for key in missing:
+            tensors, _ = self._image_entry(key, images[key])
+            signature = tuple((name, tuple(t.shape[1:]), str(t.dtype)) for name, t in sorted(tensors.items()))
+            buckets.setdefault(signature, []).append((key, tensors))
+        for bucket in buckets.values():
+            for start in range(0, len(bucket), self.vision_batch_size):
+                chunk = bucket[start:start + self.vision_batch_size]
+                inputs = {name: torch.cat([t[name] for _, t in chunk]).to(self.device) for name in chunk[0][1]}
+                with torch.inference_mode(), self._autocast(path):
+                    feats = self.adapter.image_features(inputs, [len(k) for k, _ in chunk])
+                self.stats["vision_forwards"] += 1
+                for (key, _), f in zip(chunk, feats):
+                    self.stats["vision_encodes"] += len(key)
+                    out[key] = f
+                    self._feature_store.put((key, mode), f)
         return out
 
-    def _forward_sequences(self, encoded: list[EncodedRow]) -> list[list[float]]:
-        """One right-padded forward over every (row, option) sequence; option log-likelihoods per row."""
+    def _images_by_key(self, rows: Sequence[Row], prepared: Sequence[PreparedRow]) -> dict:
+        return {k: g for r, p in zip(rows, prepared) for k, g in zip(p.groups, self.adapter.image_groups(r.images))}
+
+    # -- the language model ---------------------------------------------------------------------
+
+    def _masks(self, batch: layout.Batch, dtype, query_start: int = 0):
+        ok = layout.allowed(batch, query_start)
+        full = layout.additive_mask(ok, dtype, self.device)
+        window = self.adapter.sliding_window()
+        if window is None:
+            return full
+        sliding = layout.additive_mask(layout.allowed(batch, query_start, window), dtype, self.device)
+        return {"full_attention": full, "sliding_attention": sliding}
+
+    def _embed(self, batch: layout.Batch, seqs: Sequence[PreparedRow], features: dict):
+        """Token embeddings with each row's image features placed at its image tokens."""
         import torch
 
-        seqs = [(e, o) for e in encoded for o in e.option_ids]
-        length = max(len(e.prompt_ids) + len(o) for e, o in seqs)
-        input_ids = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(seqs), length), dtype=torch.long)
-        for i, (e, o) in enumerate(seqs):
-            ids = e.prompt_ids + o
-            input_ids[i, :len(ids)] = torch.tensor(ids)
-            attention[i, :len(ids)] = 1
-        inputs = {"input_ids": input_ids, "attention_mask": attention}
-        inputs.update(self._stack_pixels([e for e, _ in seqs]))
-        with torch.inference_mode(), self._autocast("batch"):
-            logits = self.model(**{k: v.to(self.device) for k, v in inputs.items()}).logits
-        scores = [self._option_loglik(logits[i], len(e.prompt_ids), o) for i, (e, o) in enumerate(seqs)]
-        per_row, k = [], 0
-        for e in encoded:
-            per_row.append(scores[k:k + len(e.option_ids)])
-            k += len(e.option_ids)
-        return per_row
-
-    @staticmethod
-    def _stack_pixels(encoded: list[EncodedRow]) -> dict:
-        """Pixels padded to the batch's most images (all-zero images are padding to Idefics3)."""
-        import torch
-
-        with_images = [e for e in encoded if e.pixel_values is not None]
-        if not with_images:
-            return {}
-        n_img = max(e.pixel_values.shape[0] for e in with_images)
-        channels = with_images[0].pixel_values.shape[1]
-        height = max(e.pixel_values.shape[2] for e in with_images)
-        width = max(e.pixel_values.shape[3] for e in with_images)
-        pixels = torch.zeros((len(encoded), n_img, channels, height, width), dtype=torch.float32)
-        mask = torch.zeros((len(encoded), n_img, height, width), dtype=torch.bool)
-        for i, e in enumerate(encoded):
-            if e.pixel_values is None:
+        embeds = self.adapter.embed(torch.from_numpy(batch.ids).to(self.device))
+        image = batch.ids == self.adapter.image_token_id
+        for b, prepared in enumerate(seqs):
+            if not prepared.groups or not image[b].any():
                 continue
-            n, _, h, w = e.pixel_values.shape
-            pixels[i, :n, :, :h, :w] = e.pixel_values
-            mask[i, :n, :h, :w] = e.pixel_mask.bool() if e.pixel_mask is not None else True
-        return {"pixel_values": pixels, "pixel_attention_mask": mask}
+            feats = torch.cat([features[k] for k in prepared.groups], dim=0)
+            where = torch.from_numpy(np.nonzero(image[b])[0]).to(self.device)
+            if len(where) != feats.shape[0]:
+                raise ValueError(f"row {prepared.row_id}: {len(where)} image tokens but {feats.shape[0]} image "
+                                 f"feature vectors")
+            embeds[b, where] = feats.to(embeds.dtype)
+        return embeds
 
-    @staticmethod
-    def _option_loglik(seq_logits, prompt_len: int, option_ids: list[int]) -> float:
-        """Sum of log p(option token t | everything before t) over the option's tokens."""
+    def _run(self, batch: layout.Batch, embeds, query_start: int = 0, cache=None, **kwargs):
+        """One language-model forward of the batch's queries (from ``query_start``); hidden states and cache."""
         import torch
 
-        rows = seq_logits[prompt_len - 1:prompt_len - 1 + len(option_ids)].float()
-        logp = torch.log_softmax(rows, dim=-1)
-        return float(logp[torch.arange(len(option_ids)), torch.tensor(option_ids)].sum())
+        positions = torch.from_numpy(batch.positions[:, :, query_start:]).to(self.device)
+        if positions.shape[0] == 1:
+            positions = positions[0]
+        masks = self._masks(batch, embeds.dtype, query_start)
+        self.stats["forwards"] += 1
+        self.stats["sequences"] += batch.ids.shape[0]
+        self.stats["tokens"] += int(batch.valid[:, query_start:].sum())
+        return self.adapter.language_model(inputs_embeds=embeds, attention_mask=masks, position_ids=positions,
+                                           cache=cache, use_cache=cache is not None, **kwargs)
 
-    # -- predict path -----------------------------------------------------------------------------
+    def _log_likelihoods(self, hidden, targets: list[list[list[tuple[int, int]]]]) -> list[list[float]]:
+        """Sum of log p(token) per option; ``targets[b][j]`` lists (position, token) in sequence b.
+
+        The head runs once per distinct position (the last prompt token is shared by all options).
+        """
+        import torch
+
+        where: dict[tuple[int, int], int] = {}
+        picks, tokens, owner = [], [], []
+        n_options = 0
+        for b, seq in enumerate(targets):
+            for option in seq:
+                for s, t in option:
+                    picks.append(where.setdefault((b, s), len(where)))
+                    tokens.append(t)
+                    owner.append(n_options)
+                n_options += 1
+        device = hidden.device
+        positions = torch.tensor(list(where), device=device)
+        logp = torch.log_softmax(self.adapter.head(hidden[positions[:, 0], positions[:, 1]]).float(), dim=-1)
+        values = logp[torch.tensor(picks, device=device), torch.tensor(tokens, device=device)]
+        sums = torch.zeros(n_options, dtype=values.dtype, device=device).index_add_(
+            0, torch.tensor(owner, device=device), values).tolist()
+        out, k = [], 0
+        for seq in targets:
+            out.append(sums[k:k + len(seq)])
+            k += len(seq)
+        return out
+
+    def _score_sequences(self, items: Sequence[tuple[PreparedRow, tuple[int, ...]]], features: dict,
+                         path: str) -> list[list[float]]:
+        """One forward over sequences ``prompt | options[j][:-1] for j in item``: log-likelihood per option."""
+        import torch
+
+        seqs = [layout.pack(p.prompt, [list(p.options[j]) for j in js]) for p, js in items]
+        batch = layout.collate(seqs, self.pad_id)
+        with torch.inference_mode(), self._autocast(path):
+            embeds = self._embed(batch, [p for p, _ in items], features)
+            hidden = self._run(batch, embeds).last_hidden_state
+            return self._log_likelihoods(hidden, [s.targets for s in seqs])
+
+    # -- batch path -----------------------------------------------------------------------------
+
+    def _guarded(self, rows: Sequence[Row], work):
+        try:
+            return work()
+        except ScoringError:
+            raise
+        except Exception as exc:
+            raise ScoringError(self.identity.get("model", type(self.model).__name__),
+                               [r.row_id for r in rows], exc) from exc
+
+    def _buckets(self, prepared: Sequence[PreparedRow], rows_per_forward: int) -> list[list[int]]:
+        """Row indices in forwards of ``rows_per_forward``, sorted by sequence length (stable)."""
+        length = [len(p.prompt.ids) + sum(len(o) - 1 for o in p.options) for p in prepared]
+        order = sorted(range(len(prepared)), key=lambda i: length[i])
+        return [order[i:i + rows_per_forward] for i in range(0, len(order), rows_per_forward)]
+
+    def _score_rows(self, rows: Sequence[Row], one_pass: bool) -> list[np.ndarray]:
+        prepared = self._guarded(rows, lambda: [self.prepare(r) for r in rows])
+        shown: list = [None] * len(rows)
+        for chunk in self._buckets(prepared, self.batch_size):
+            chunk_rows = [rows[i] for i in chunk]
+
+            def work(chunk=chunk, chunk_rows=chunk_rows):
+                chunk_prepared = [prepared[i] for i in chunk]
+                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch")
+                if one_pass:
+                    items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
+                    return self._score_sequences(items, features, "batch")
+                items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
+                flat = self._score_sequences(items, features, "batch")
+                out, k = [], 0
+                for p in chunk_prepared:
+                    out.append([s[0] for s in flat[k:k + len(p.options)]])
+                    k += len(p.options)
+                return out
+
+            for i, scores in zip(chunk, self._guarded(chunk_rows, work)):
+                shown[i] = scores
+        self.stats["rows"] += len(rows)
+        return [to_label_order(r, s) for r, s in zip(rows, shown)]
+
+    def score_batch(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """Logits (label order) of every row: all options of a row in one sequence, ``batch_size`` rows a forward."""
+        return self._score_rows(rows, one_pass=True)
+
+    def score_batch_per_option(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """The batch path with one sequence per (row, option): the reference of the one-pass batch path."""
+        return self._score_rows(rows, one_pass=False)
+
+    # -- predict path ---------------------------------------------------------------------------
 
     def score_predict(self, rows: Sequence[Row], use_cache: bool = True) -> list[np.ndarray]:
         """fp32 logits (label order) of the given rows (one image's questions) in one call."""
-        return [to_label_order(r, self._predict_one(self.encode(r), use_cache)) for r in rows]
+        out = []
+        for row in rows:
+            out.append(self._guarded([row], lambda row=row: to_label_order(row, self._predict_one(row, use_cache))))
+        self.stats["rows"] += len(rows)
+        return out
 
-    def _predict_one(self, e: EncodedRow, use_cache: bool) -> list[float]:
+    def _predict_one(self, row: Row, use_cache: bool) -> list[float]:
         import torch
 
-        pixels = self._stack_pixels([e])
-        pixels = {k: v.to(self.device) for k, v in pixels.items()}
-        prompt = torch.tensor([e.prompt_ids], device=self.device)
+        prepared = self.prepare(row)
+        features = self._features([prepared], self._images_by_key([row], [prepared]), "predict")
+        if not use_cache:
+            return [s[0] for s in self._score_sequences([(prepared, (j,)) for j in range(len(prepared.options))],
+                                                         features, "predict")]
+        from transformers import DynamicCache
+
+        n = len(prepared.prompt.ids)
         with torch.inference_mode():
-            if not use_cache:
-                return [self._full_forward(prompt, o, pixels) for o in e.option_ids]
-            out = self.model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True, **pixels)
-            cache, first = out.cache, out.logits[0, -1:]
-            scores = []
-            for o in e.option_ids:
-                logits = first
-                if len(o) > 1:
-                    cont = torch.tensor([o[:-1]], device=self.device)
-                    mask = torch.ones((1, prompt.shape[1] + cont.shape[1]), dtype=torch.long, device=self.device)
-                    step = self.model(input_ids=cont, attention_mask=mask, cache=cache, use_cache=True)
-                    logits = torch.cat([first, step.logits[0]], dim=0)
-                    cache.crop(-cont.shape[1])  # back to the prompt alone
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                scores.append(float(logp[torch.arange(len(o)), torch.tensor(o, device=self.device)].sum()))
-            return scores
+            prompt_batch = layout.collate([layout.pack(prepared.prompt, [])], self.pad_id)
+            cache = DynamicCache()
+            hidden = self._run(prompt_batch, self._embed(prompt_batch, [prepared], features), cache=cache)
+            last = torch.log_softmax(self.adapter.head(hidden.last_hidden_state[0, n - 1:n]).float(), dim=-1)[0]
+            scores = [float(last[o[0]]) for o in prepared.options]
+            longer = [j for j, o in enumerate(prepared.options) if len(o) > 1]
+            if longer:
+                seqs = [layout.pack(prepared.prompt, [list(prepared.options[j])]) for j in longer]
+                batch = layout.collate(seqs, self.pad_id)
+                cache.batch_repeat_interleave(len(longer))
+                embeds = self.adapter.embed(torch.from_numpy(batch.ids[:, n:]).to(self.device))
+                cont = self._run(batch, embeds, query_start=n, cache=cache).last_hidden_state
+                rest = self._log_likelihoods(cont, [[[(s - n, t) for s, t in seq.targets[0][1:]]] for seq in seqs])
+                for j, (extra,) in zip(longer, rest):
+                    scores[j] += extra
+        return scores
 
-    def _full_forward(self, prompt, option_ids: list[int], pixels: dict) -> float:
+    # -- optional capabilities ------------------------------------------------------------------
+
+    def layer_states(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """Per row, fp32 hidden states (n_layers + 1, hidden) at the last prompt position.
+
+        Entry 0 is the embedding output (image features in place), entry i the output of decoder
+        layer i; the last entry is after the model's final norm, as transformers reports it.
+        """
         import torch
 
-        ids = torch.cat([prompt, torch.tensor([option_ids], device=self.device)], dim=1)
-        logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), **pixels).logits[0]
-        return self._option_loglik(logits, prompt.shape[1], option_ids)
+        prepared = self._guarded(rows, lambda: [self.prepare(r) for r in rows])
+        out: list = [None] * len(rows)
+        for chunk in self._buckets(prepared, self.batch_size):
+            chunk_rows, chunk_prepared = [rows[i] for i in chunk], [prepared[i] for i in chunk]
+
+            def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared):
+                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "predict")
+                batch = layout.collate([layout.pack(p.prompt, []) for p in chunk_prepared], self.pad_id)
+                with torch.inference_mode():
+                    result = self._run(batch, self._embed(batch, chunk_prepared, features), output_hidden_states=True)
+                states = torch.stack(result.hidden_states, dim=1)  # (B, n_layers + 1, S, hidden)
+                return [states[b, :, len(p.prompt.ids) - 1].float().cpu().numpy()
+                        for b, p in enumerate(chunk_prepared)]
+
+            for i, state in zip(chunk, self._guarded(chunk_rows, work)):
+                out[i] = state
+        return out
+
+    def generate(self, rows: Sequence[Row], max_new_tokens: int = 16) -> list[str]:
+        """Greedy answer text after each row's prompt (fp32, deterministic), without the end token."""
+        return [self._guarded([r], lambda r=r: self._generate_one(r, max_new_tokens)) for r in rows]
+
+    def _generate_one(self, row: Row, max_new_tokens: int) -> str:
+        import torch
+        from transformers import DynamicCache
+
+        prepared = self.prepare(row)
+        features = self._features([prepared], self._images_by_key([row], [prepared]), "predict")
+        stop = {self.tokenizer.convert_tokens_to_ids(self.eos_token), self.tokenizer.eos_token_id}
+        prompt, tokens = prepared.prompt, []
+        with torch.inference_mode():
+            batch = layout.collate([layout.pack(prompt, [])], self.pad_id)
+            cache = DynamicCache()
+            hidden = self._run(batch, self._embed(batch, [prepared], features), cache=cache).last_hidden_state[0, -1:]
+            for _ in range(max_new_tokens):
+                token = int(self.adapter.head(hidden).float().argmax(-1)[0])
+                if token in stop:
+                    break
+                tokens.append(token)
+                seq = layout.pack(prompt, [tokens + [0]])  # fed: prompt | tokens (the last entry is never fed)
+                batch = layout.collate([seq], self.pad_id)
+                start = len(prompt.ids) + len(tokens) - 1
+                embeds = self.adapter.embed(torch.tensor([[token]], device=self.device))
+                hidden = self._run(batch, embeds, query_start=start, cache=cache).last_hidden_state[0, -1:]
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def _resolve_local_dir(name_or_path: str) -> Path | None:
+    """The checkpoint's local directory, or None when there is none (the dual-encoder scorer's hashes use it)."""
+    try:
+        return resolve_checkpoint(str(name_or_path))
+    except ModelLoadError:
+        return None
+
+
+def default_checkpoint() -> Path:
+    """The embedded default checkpoint directory (``laya_fixtures/tiny-smolvlm``)."""
+    return Path(__file__).resolve().parents[2] / "laya_fixtures" / "tiny-smolvlm"

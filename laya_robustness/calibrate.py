@@ -1,0 +1,92 @@
+"""Calibrate the gate: how often it goes red with the model unchanged, and how often it catches a planted regression.
+
+``python -m laya_robustness calibrate-gate --seeds N`` runs the gate (``pytest robustness_tests``)
+once per seed 0..N-1, the model unchanged. A seed changes every seeded variant (option order, the
+random crop, the shuffled images, the borrowed distractors, the attack targets...) and the
+bootstrap, so each run is the gate a release would see with another seed. The runs share one
+journal (``--journal``, ``--resume``): a row whose content no seed changes is scored once. Per check
+it counts the seeds where it failed, passed or was undecided, and the gate's family-wise false-alarm
+rate is the share of seeds whose run was red (pytest exit status 1).
+
+With ``--plant FAMILY``, every seed also runs the model with a planted regression in FAMILY
+(``laya_robustness.scoring.planted``: a share ``--plant-rate`` of its answers moved to the runner-up)
+against that seed's unchanged predictions as ``--baseline``; the regression is caught when the
+family's ``max_regression`` check fails. The power is the share of seeds where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Sequence
+
+#: The gate's family and baseline tests only: the benchmarks, invariance and snapshot do not depend on the seed.
+SELECTION = "not gpu and not benchmark and not invariance and not snapshot"
+PLANTED_SCORER = "laya_robustness.scoring.planted:factory"
+
+
+def run_gate(seed: int, report_dir: Path, journal: Path, extra: Sequence[str] = (), env: dict | None = None,
+             selection: str = SELECTION) -> tuple[int, list[dict]]:
+    """Run the gate with ``seed``; return its exit status and its check results (``checks.json``)."""
+    command = [sys.executable, "-m", "pytest", "robustness_tests", "-p", "no:cacheprovider", "-q", "--seed", str(seed),
+               "--report-dir", str(report_dir), "--journal", str(journal), "--resume", "-k", selection, *extra]
+    done = subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"the gate with seed {seed} ended with exit status {done.returncode}:\n"
+                           f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
+    checks = json.loads((report_dir / "checks.json").read_text(encoding="utf-8"))["results"]
+    return done.returncode, checks
+
+
+def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | None = None,
+              plant_rate: float = 0.05) -> dict:
+    """Run the gate under ``seeds`` seeds (and with a planted regression); return the tallies."""
+    out = Path(out)
+    per_check: dict[str, Counter] = defaultdict(Counter)
+    red, caught = [], []
+    for seed in range(seeds):
+        code, checks = run_gate(seed, out / f"seed{seed}", out / "journal", extra)
+        red.append(code != 0)
+        for r in checks:
+            key = f"{r['family']}/{r['dataset']} {r['check']}"
+            outcome = r["decision"]
+            if r.get("known"):
+                outcome = "xpass" if r["decision"] == "pass" else "expected"
+            per_check[key][outcome] += 1
+        if plant:
+            baseline = out / f"seed{seed}" / "predictions.jsonl.gz"
+            env = {"LAYA_PLANTED_FAMILY": plant, "LAYA_PLANTED_RATE": str(plant_rate)}
+            _, planted = run_gate(seed, out / f"planted{seed}", out / "journal-planted",
+                                  [*extra, "--scorer", PLANTED_SCORER, "--baseline", str(baseline)], env)
+            caught.append(any(r["check"] == "max_regression" and r["family"] == plant and r["decision"] == "fail"
+                              for r in planted))
+    result = {
+        "seeds": seeds,
+        "false_alarm_rate": sum(red) / seeds,
+        "red_seeds": [s for s, r in enumerate(red) if r],
+        "checks": {k: dict(v) for k, v in sorted(per_check.items())},
+    }
+    if plant:
+        result["planted"] = {"family": plant, "rate": plant_rate, "caught": sum(caught), "power": sum(caught) / seeds,
+                             "missed_seeds": [s for s, c in enumerate(caught) if not c]}
+    return result
+
+
+def format_calibration(result: dict) -> str:
+    """The checks that were not always the same across seeds, then the false-alarm rate and the power."""
+    lines = [f"{'check':60s}  fail  undecided  pass  expected  xpass"]
+    for key, counts in result["checks"].items():
+        if len(counts) > 1 or counts.get("fail") or counts.get("xpass"):
+            lines.append(f"{key:60s}  {counts.get('fail', 0):4d}  {counts.get('undecided', 0):9d}  "
+                         f"{counts.get('pass', 0):4d}  {counts.get('expected', 0):8d}  {counts.get('xpass', 0):5d}")
+    lines.append(f"gate red with the model unchanged: {len(result['red_seeds'])} of {result['seeds']} seeds "
+                 f"(false-alarm rate {result['false_alarm_rate']:.3f}; red seeds: {result['red_seeds']})")
+    if "planted" in result:
+        p = result["planted"]
+        lines.append(f"planted regression ({p['rate']:.0%} of {p['family']}'s answers moved): caught in {p['caught']} "
+                     f"of {result['seeds']} seeds (power {p['power']:.2f}; missed: {p['missed_seeds']})")
+    return "\n".join(lines)

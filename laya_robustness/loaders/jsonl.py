@@ -1,0 +1,88 @@
+"""JSONL manifests: one JSON object per line, image paths relative to the file; bytes checked as UTF-8 per line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from laya_robustness.loaders.images import Where
+from laya_robustness.loaders.records import SourceRow, manifest_row
+from laya_robustness.loaders.settings import LoadSettings
+
+BOM = b"\xef\xbb\xbf"
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _undecoded(text: str) -> bool:
+    """Whether ``text`` holds a byte that was not UTF-8 (decoded with surrogateescape)."""
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def _bad_field(value: Any, path: str = "") -> str | None:
+    """The field (``question``, ``options[1]``) whose text holds an undecodable byte; ``<json>`` for a key."""
+    if isinstance(value, str):
+        return (path or "<json>") if _undecoded(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _undecoded(key):
+                return "<json>"
+            found = _bad_field(item, f"{path}.{key}" if path else key)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _bad_field(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _parse(raw: bytes, where: Where) -> Any:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        field_name = "<json>"
+        try:
+            field_name = _bad_field(json.loads(raw.decode("utf-8", "surrogateescape"))) or "<json>"
+        except (ValueError, RecursionError):
+            pass
+        raise where.error(field_name, f"not UTF-8: byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the "
+                                      f"line") from None
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as exc:
+        raise where.error(exc.key, "given twice in one object") from None
+    except json.JSONDecodeError as exc:
+        raise where.error("<json>", str(exc)) from None
+    except RecursionError:
+        raise where.error("<json>", "nested too deeply") from None
+
+
+def read_jsonl(path: Path, data_root: Path, settings: LoadSettings) -> Iterator[SourceRow]:
+    """The rows of one manifest, in file order; blank lines are skipped."""
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if line_no == 1 and raw.startswith(BOM):
+                raw = raw[len(BOM):]
+            if not raw.strip():
+                continue
+            where = Where(path, line_no)
+            record = _parse(raw, where)
+            if not isinstance(record, dict):
+                raise where.error("<json>", f"expected an object, got {type(record).__name__}")
+            yield manifest_row(record, path.parent, data_root, path, line_no, settings)

@@ -1,0 +1,190 @@
+"""Reports people look at: ``report.html`` (tables, flipped examples, plots) and ``summary.md`` (a PR comment).
+
+``write_report`` renders both from a run's summary and records (the gate calls it after writing
+summary.json); ``render_files`` does the same offline from a predictions file and the summary.json
+and invariance.json beside it (``python -m laya_robustness report``), recomputing the verdicts from
+the limits files and rebuilding the shown rows from the data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+REPORT_HTML, SUMMARY_MD = "report.html", "summary.md"
+#: At most this many baseline changes are listed (one more line says how many were left out).
+CHANGE_LINES = 40
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is read by others
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(
+    out_dir: str | Path,
+    summary: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    results: Iterable[Any] | None = None,
+    known=None,
+    invariance: Mapping[str, Any] | None = None,
+    source_rows: Mapping[str, Sequence[Any]] | None = None,
+    baseline: Mapping[str, Any] | None = None,
+    baseline_results: Iterable[Any] | None = None,
+    html_name: str = REPORT_HTML,
+    md_name: str = SUMMARY_MD,
+) -> list[Path]:
+    """Write ``report.html`` and ``summary.md`` (or the names given) into ``out_dir``; returns their paths.
+
+    Arguments as in ``report.build.build_report``; ``baseline`` is another run's summary to compare
+    with, ``baseline_results`` its check results (for verdict changes).
+    """
+    from laya_robustness.report.build import build_report
+    from laya_robustness.report.cells import cell_verdicts
+    from laya_robustness.report.compare import summary_changes
+    from laya_robustness.report.html import render_html
+    from laya_robustness.report.markdown import render_markdown
+
+    report = build_report(summary, records, results=results, known=known, invariance=invariance,
+                          source_rows=source_rows, baseline=baseline)
+    changes: list[str] = []
+    if baseline is not None:
+        known_ = known or (lambda family, dataset, check: None)
+        old = cell_verdicts(baseline_results, known_) if baseline_results is not None else {}
+        changes = summary_changes(summary, baseline, report.verdicts if old else {}, old, limit=CHANGE_LINES)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / html_name, render_html(report, changes))
+    write_atomic(out / md_name, render_markdown(report, changes))
+    return [out / html_name, out / md_name]
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_run(predictions: str | Path) -> tuple[dict, list, dict | None]:
+    """(summary, records, invariance) of a predictions file: the summary.json beside it (else the records
+    summarised, with seed 0), and the invariance.json beside it when there is one."""
+    from laya_robustness.predictions import read_predictions
+
+    predictions = Path(predictions)
+    records = read_predictions(predictions)
+    beside = predictions.parent / "summary.json"
+    if beside.is_file():
+        summary = _read_json(beside)
+    else:
+        from laya_robustness.summary import summarize
+
+        summary = summarize(records)
+    inv = predictions.parent / "invariance.json"
+    return summary, records, _read_json(inv) if inv.is_file() else None
+
+
+def load_summary(path: str | Path) -> dict:
+    """A baseline's summary: a summary.json itself, or the one beside a predictions file (else its records summarised)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return _read_json(path)
+    return load_run(path)[0]
+
+
+def _datasets(summary: Mapping[str, Any]) -> list[str]:
+    from laya_robustness.report.cells import summary_blocks
+
+    return sorted({d for b in summary_blocks(summary) for cells in summary[b].values() for d in cells})
+
+
+def load_limits(summary: Mapping[str, Any], thresholds: str | Path, limitations: str | Path | None):
+    """The Thresholds the gate would use for this summary's datasets (``ThresholdsError`` -> ValueError)."""
+    from laya_robustness.families import declared
+    from laya_robustness.invariance import BF16_BUDGET, CONDITION_NAMES
+    from laya_robustness.thresholds import ThresholdsError, load_thresholds
+
+    try:
+        return load_thresholds(thresholds, families={f.name: f.checks for f in declared()},
+                               datasets=_datasets(summary), conditions=(*CONDITION_NAMES, BF16_BUDGET),
+                               overlays=[limitations] if limitations else [])
+    except ThresholdsError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def resolve_limitations(text: str, model: str | None, data: str | Path | None) -> Path | None:
+    """``none``, a file, or ``auto``: the embedded default's overlay when its rows and model were gated."""
+    from laya_robustness.pytest_plugin.options import EMBEDDED_DATA, EMBEDDED_LIMITATIONS, EMBEDDED_MODEL
+
+    if text == "none":
+        return None
+    if text != "auto":
+        return Path(text)
+    embedded = (Path(EMBEDDED_DATA).resolve(), Path(EMBEDDED_MODEL).resolve())
+    if model and data and (Path(data).resolve(), Path(model).resolve()) == embedded:
+        return Path(EMBEDDED_LIMITATIONS)
+    return None
+
+
+def render_files(
+    predictions: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    baseline: str | Path | None = None,
+    data: str | Path | None = None,
+    thresholds: str | Path | None = "thresholds.toml",
+    limitations: str = "auto",
+) -> list[Path]:
+    """Render report.html and summary.md offline (``out_dir``: default beside the predictions).
+
+    ``data``: the rows the run scored (default: the summary meta's ``data``); without it the examples
+    show no images. ``thresholds`` / ``limitations``: as the gate's options; a thresholds file that does
+    not exist (or None) leaves the verdicts empty.
+    """
+    from laya_robustness.report.cells import evaluate_summary
+
+    predictions = Path(predictions)
+    summary, records, invariance = load_run(predictions)
+    meta = summary.get("meta") or {}
+    data = data if data is not None else meta.get("data")
+    model = (meta.get("model") or {}).get("model") if isinstance(meta.get("model"), Mapping) else meta.get("model")
+    results = known = baseline_results = None
+    base = load_summary(baseline) if baseline is not None else None
+    if thresholds is not None and Path(thresholds).is_file():
+        overlay = resolve_limitations(limitations, model, data)
+        limits = load_limits(summary, thresholds, overlay)
+        conditions = (invariance or {}).get("conditions")
+        results = evaluate_summary(summary, limits, conditions)
+
+        def known(family, dataset, check):
+            hit = limits.known_limitation(family, dataset, check)
+            return hit.reason if hit else None
+
+        if base is not None:
+            baseline_results = evaluate_summary(base, load_limits(base, thresholds, overlay))
+    source_rows = None
+    if data is not None:
+        from laya_robustness.run import load_source_rows
+
+        from laya_robustness.report.examples import check_source_rows
+
+        source_rows = load_source_rows(data, int(meta.get("rows_per_set", 0)), int(meta.get("seed", 0)))
+        check_source_rows(meta, source_rows)
+    return write_report(out_dir if out_dir is not None else predictions.parent, summary, records,
+                        results=results, known=known, invariance=invariance, source_rows=source_rows,
+                        baseline=base, baseline_results=baseline_results)

@@ -1,0 +1,87 @@
+"""Render a Report as a compact Markdown comment for a pull request: one table per block, what failed, what changed.
+
+Each block is a table with a row per family and a column per dataset; a cell holds the block's
+headline numbers (3 d.p., no intervals) and its verdict. Failures and fixed known limitations are
+listed below with their detail; the baseline comparison (``report.compare``) follows when given.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from laya_robustness.report.build import Report
+from laya_robustness.report.cells import (
+    FAIL,
+    MARKS,
+    NO_CHECK,
+    UNCHECKED,
+    XFAIL,
+    XPASS,
+    columns_of,
+    families_of,
+    value_text,
+    verdict_line,
+    summary_blocks,
+)
+from laya_robustness.report.html import model_name
+
+
+def _mark(outcome: str) -> str:
+    if outcome == UNCHECKED:
+        return ""
+    text = MARKS[outcome]
+    return f"**{text}**" if outcome in (FAIL, XPASS) else text
+
+
+def _pipe(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def block_table(report: Report, block: str) -> str:
+    """Rows: families; columns: datasets; cells: ``acc / delta / flip ok``."""
+    summary = report.summary
+    columns = columns_of(summary, block)
+    datasets = sorted({d for f in summary[block].values() for d in f})
+    lines = [f"| family ({' / '.join(columns)}) | " + " | ".join(_pipe(d) for d in datasets) + " |",
+             "|---" * (len(datasets) + 1) + "|"]
+    for family in families_of(summary, block):
+        cells = []
+        for d in datasets:
+            cell = summary[block][family].get(d)
+            if cell is None:
+                cells.append("")
+                continue
+            values = " / ".join(value_text(cell, k, family, interval=False) for k in columns)
+            mark = _mark(report.verdicts.get((family, d), NO_CHECK).outcome)
+            cells.append(f"{values} {mark}".strip())
+        lines.append(f"| {_pipe(family)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _problems(report: Report) -> list[str]:
+    out = []
+    for (family, dataset), v in sorted(report.verdicts.items()):
+        for c in v.checks:
+            if c.status in (FAIL, XPASS):
+                extra = " (a known limitation that now passes: update the limits file)" if c.status == XPASS else ""
+                out.append(f"- **{MARKS[c.status]}** `{family}/{dataset}` {c.check}: {c.detail}{extra}")
+    return out
+
+
+def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
+    """The comment as a string (see the module doc)."""
+    meta = report.summary.get("meta") or {}
+    head = (f"### Robustness gate: `{model_name(report.summary)}` (device {meta.get('device', '?')}, "
+            f"seed {meta.get('seed', '?')}, rows per set {meta.get('rows_per_set', '?')})")
+    parts = [head, f"**Verdicts:** {verdict_line(report.verdicts)}"]
+    parts += [f"> {n}" for n in report.notes]
+    for block in summary_blocks(report.summary):
+        parts.append(f"#### {block}\n\n{block_table(report, block)}")
+    problems = _problems(report)
+    known = sum(1 for v in report.verdicts.values() for c in v.checks if c.status == XFAIL)
+    if problems or known:
+        parts.append("#### Failed checks\n\n" + ("\n".join(problems) or "none")
+                     + (f"\n\n{known} known limitation(s) still fail as declared (xfail)." if known else ""))
+    if report.baseline is not None:
+        parts.append("#### Against the baseline\n\n" + "\n".join(f"- {c}" for c in changes))
+    return "\n\n".join(parts) + "\n"

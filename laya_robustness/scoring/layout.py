@@ -1,0 +1,139 @@
+"""Sequence layouts for option scoring: a prompt followed by option blocks, their positions and attention masks.
+
+One pass scores all k options of a row in one sequence: ``prompt | o_1[:-1] | o_2[:-1] | ...``.
+Every token carries its *logical index* (where it would sit if its option were the only one after
+the prompt: prompt token i -> i, option token t -> P + t) and its *segment* (0 prompt, j option j).
+Token q attends to token k when
+
+    valid(k)  and  (seg(k) == 0 or seg(k) == seg(q))
+              and  (logical(k) <= logical(q)  or  block(q) == block(k) >= 0)
+              [and logical(q) - logical(k) < window    on sliding-window layers]
+
+so each option sees the prompt and its own earlier tokens, exactly as in its own sequence
+(``block`` marks bidirectional prompt spans: PaliGemma's prefix, Gemma 3's images). Rope
+positions of option token t are the last prompt position + 1 + t in every rope dimension.
+Option j's log-likelihood sums log p(o_j[t] | ...) read at the last prompt token (t = 0) and at
+o_j[t - 1] (t > 0): the last option token is never fed. Example (P = 3, options of 1 and 2 tokens)::
+
+    >>> p = Prompt(ids=(5, 6, 7), positions=np.arange(3)[None], blocks=np.full(3, -1))
+    >>> s = pack(p, [[8], [9, 10]])
+    >>> s.ids, s.segments, s.logical
+    ([5, 6, 7, 9], [0, 0, 0, 2], [0, 1, 2, 3])
+    >>> s.targets                       # (index whose logits predict the token, token) per option
+    [[(2, 8)], [(2, 9), (3, 10)]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A row's prompt as the language model sees it: ids, rope positions (n_dims, P) and bidirectional blocks."""
+
+    ids: tuple[int, ...]
+    positions: np.ndarray
+    blocks: np.ndarray
+
+    def __post_init__(self):
+        n = len(self.ids)
+        if n == 0:
+            raise ValueError("a prompt needs at least one token")
+        if self.positions.ndim != 2 or self.positions.shape[1] != n or self.blocks.shape != (n,):
+            raise ValueError(f"positions {self.positions.shape} / blocks {self.blocks.shape} do not fit {n} ids")
+
+
+@dataclass
+class Packed:
+    """One sequence: token ids, segments, logical indices, blocks, positions and per-option targets."""
+
+    ids: list[int]
+    segments: list[int]
+    logical: list[int]
+    blocks: list[int]
+    positions: np.ndarray  # (n_dims, S)
+    targets: list[list[tuple[int, int]]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def pack(prompt: Prompt, options: list[list[int]]) -> Packed:
+    """The prompt followed by every option's inputs (all but its last token), with the options' targets."""
+    n = len(prompt.ids)
+    ids, segments, logical = list(prompt.ids), [0] * n, list(range(n))
+    blocks = [int(b) for b in prompt.blocks]
+    last = prompt.positions[:, -1:]
+    positions = [prompt.positions]
+    targets = []
+    for j, option in enumerate(options, start=1):
+        if not option:
+            raise ValueError("an option needs at least one token")
+        fed = option[:-1]
+        start = len(ids)
+        ids += fed
+        segments += [j] * len(fed)
+        logical += [n + t for t in range(len(fed))]
+        blocks += [-1] * len(fed)
+        positions.append(last + 1 + np.arange(len(fed))[None, :])
+        targets.append([(n - 1, option[0])] + [(start + t, option[t + 1]) for t in range(len(fed))])
+    return Packed(ids, segments, logical, blocks, np.concatenate(positions, axis=1), targets)
+
+
+@dataclass
+class Batch:
+    """Right-padded tensors of several packed sequences (numpy; moved to the device by the caller)."""
+
+    ids: np.ndarray  # (B, S) int64
+    valid: np.ndarray  # (B, S) bool
+    segments: np.ndarray  # (B, S) int64, -1 on padding
+    logical: np.ndarray  # (B, S) int64
+    blocks: np.ndarray  # (B, S) int64
+    positions: np.ndarray  # (n_dims, B, S) int64
+
+
+def collate(seqs: list[Packed], pad_id: int) -> Batch:
+    """Right-pad the sequences to the longest; padding is invalid, segment -1, position 0."""
+    if not seqs:
+        raise ValueError("nothing to collate")
+    b, s = len(seqs), max(len(x) for x in seqs)
+    dims = seqs[0].positions.shape[0]
+    out = Batch(np.full((b, s), pad_id, np.int64), np.zeros((b, s), bool), np.full((b, s), -1, np.int64),
+                np.zeros((b, s), np.int64), np.full((b, s), -1, np.int64), np.zeros((dims, b, s), np.int64))
+    for i, x in enumerate(seqs):
+        n = len(x)
+        out.ids[i, :n], out.valid[i, :n], out.segments[i, :n] = x.ids, True, x.segments
+        out.logical[i, :n], out.blocks[i, :n], out.positions[:, i, :n] = x.logical, x.blocks, x.positions
+    return out
+
+
+def allowed(batch: Batch, query_start: int = 0, window: int | None = None) -> np.ndarray:
+    """(B, Q, K) bool: may query q (from ``query_start`` on) attend to key k (every position)."""
+    q = slice(query_start, None)
+    seg_q, seg_k = batch.segments[:, q, None], batch.segments[:, None, :]
+    log_q, log_k = batch.logical[:, q, None], batch.logical[:, None, :]
+    blk_q, blk_k = batch.blocks[:, q, None], batch.blocks[:, None, :]
+    same_block = (blk_q == blk_k) & (blk_q >= 0)
+    ok = batch.valid[:, None, :] & ((seg_k == 0) | (seg_k == seg_q)) & ((log_k <= log_q) | same_block)
+    if window is not None:
+        ok &= (log_q - log_k) < window
+    # a padding query attends to itself only, so no softmax row is empty
+    pad_q = ~batch.valid[:, q]
+    if pad_q.any():
+        eye = np.zeros_like(ok)
+        idx = np.arange(ok.shape[1])
+        eye[:, idx, idx + query_start] = True
+        ok = np.where(pad_q[:, :, None], eye, ok)
+    return ok
+
+
+def additive_mask(ok: np.ndarray, dtype, device):
+    """(B, 1, Q, K) float mask for eager / sdpa attention: 0 where allowed, the dtype's minimum elsewhere."""
+    import torch
+
+    allowed_t = torch.from_numpy(ok).to(device)[:, None]
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(allowed_t, zero, torch.finfo(dtype).min)

@@ -1,0 +1,151 @@
+"""Every supported architecture, as a tiny random checkpoint saved and loaded like a hub one.
+
+On each: the prompt equals the processor's, every option's logit equals a plain forward of the
+model on ``processor(...)`` outputs, the batch path (one pass), the per-option batch path and the
+predict path with and without the prefix cache agree, a row does not depend on its batch
+neighbours, display order maps back to label order, and each distinct image is encoded once.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from laya_robustness.families import build_variants
+from laya_robustness.invariance import hostile_rows
+from laya_robustness.scoring import load_scorer
+from laya_robustness.scoring.cache import image_digest
+from laya_robustness.scoring.prompt import user_text
+from laya_robustness.scoring.tiny_checkpoints import ARCHITECTURES, build_checkpoint
+
+TOLERANCE = 1e-4  # fp32 |dlogit|, as the invariance limits
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-checkpoints")
+    return {arch: build_checkpoint(arch, root / arch) for arch in ARCHITECTURES}
+
+
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def scorer(request, checkpoints):
+    return load_scorer("hf", str(checkpoints[request.param]), batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def rows(fixture_rows):
+    base = fixture_rows["colour_choice"][:2] + fixture_rows["exists_yesno"][:1] + fixture_rows["context_choice"][:1]
+    first, second = base[0], base[1]
+    return base + [dataclasses.replace(first, row_id="two_images", images=first.images + second.images),
+                   dataclasses.replace(first, row_id="text_only", images=())]
+
+
+def _worst(a, b):
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+
+
+def _processor_inputs(scorer, row):
+    """What ``processor(text=..., images=...)`` gives for the row's prompt (PaliGemma builds its own prefix)."""
+    import torch
+
+    adapter, processor = scorer.adapter, scorer.processor
+    text = adapter.prompt_text(row)
+    if adapter.name == "paligemma":
+        if not row.images:
+            return {"input_ids": torch.tensor([scorer.tokenizer(text, add_special_tokens=False)["input_ids"]])}
+        text = processor.image_token * len(row.images) + user_text(row)
+    images = {"images": list(row.images)} if row.images else {}
+    enc = dict(processor(text=[text], return_tensors="pt", **images))
+    ids = enc["input_ids"]
+    bos = scorer.tokenizer.bos_token_id
+    if ids.shape[1] > 1 and ids[0, 0] == ids[0, 1] == bos:  # Gemma 3: template and tokenizer both add <bos>
+        enc["input_ids"] = ids[:, 1:]
+    for unused in ("attention_mask", "labels", "token_type_ids", "mm_token_type_ids"):
+        enc.pop(unused, None)
+    return enc
+
+
+def _reference_logits(scorer, row):
+    """Each option's log-likelihood from a plain forward of the model on prompt + answer ids."""
+    import torch
+
+    adapter = scorer.adapter
+    text = adapter.prompt_text(row)
+    prompt = _processor_inputs(scorer, row)
+    prompt_len = prompt["input_ids"].shape[1]
+    out = []
+    for option in row.shown_options:
+        answer = adapter.tokenize_answer(adapter.answer_text(option, text))
+        ids = torch.cat([prompt["input_ids"], torch.tensor([answer])], dim=1)
+        enc = {**prompt, "input_ids": ids}
+        if adapter.name == "paligemma":  # the prefix is bidirectional, the answer the causal suffix
+            enc["token_type_ids"] = torch.tensor([[0] * prompt_len + [1] * len(answer)])
+        if adapter.name == "gemma3":
+            enc["token_type_ids"] = (ids == adapter.image_token_id).long()
+        if adapter.name == "qwen2_vl":
+            enc["mm_token_type_ids"] = (ids == adapter.image_token_id).int()
+        with torch.inference_mode():
+            logits = scorer.model(**enc).logits[0, prompt_len - 1:prompt_len - 1 + len(answer)]
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        out.append(float(logp[torch.arange(len(answer)), torch.tensor(answer)].sum()))
+    return np.asarray(out)
+
+
+def test_loads_through_load_scorer_with_its_adapter_and_identity(scorer):
+    identity = scorer.identity
+    assert identity["architecture"] == scorer.model.config.model_type
+    assert identity["weights_sha256"] and identity["adapter"] == scorer.adapter.name
+    assert identity["prompt_format"] and "{option}" in identity["answer_format"]
+
+
+def test_prompt_ids_equal_the_processors(scorer, rows):
+    for row in rows:
+        assert list(scorer.prepare(row).prompt.ids) == _processor_inputs(scorer, row)["input_ids"][0].tolist()
+
+
+def test_logits_equal_a_plain_forward_of_each_option(scorer, rows):
+    got = scorer.score_batch(rows)
+    reference = [_reference_logits(scorer, r) for r in rows]
+    assert _worst(got, reference) < TOLERANCE
+    assert np.std(np.concatenate(got)) > 0.1  # the tiny model's logits differ between options and rows
+
+
+def test_batch_predict_and_per_option_paths_agree(scorer, rows):
+    batch = scorer.score_batch(rows)
+    for other in (scorer.score_batch_per_option(rows), scorer.score_predict(rows, use_cache=True),
+                  scorer.score_predict(rows, use_cache=False)):
+        assert _worst(batch, other) < TOLERANCE
+
+
+def test_a_rows_logits_do_not_depend_on_its_batch_neighbours(scorer, rows):
+    neighbours = hostile_rows(rows)
+    for row in rows[:3]:
+        alone = scorer.score_batch([row])[0]
+        crowded = scorer.score_batch([*neighbours[:2], row, *neighbours[2:]])[2]
+        np.testing.assert_allclose(alone, crowded, atol=TOLERANCE, rtol=0)
+
+
+def test_display_order_equals_physical_reordering(scorer, rows):
+    source = rows[:2]
+    variants = build_variants("option_order", source, seed=0)[:4]
+    by_id = {r.row_id: r for r in source}
+    physical = []
+    for v in variants:
+        row = by_id[v.group_id]
+        physical.append(dataclasses.replace(row, options=tuple(row.options[i] for i in v.display_order),
+                                            label=v.display_order.index(row.label), display_order=None))
+    for v, shown, moved in zip(variants, scorer.score_batch(variants), scorer.score_batch(physical)):
+        np.testing.assert_allclose(shown[list(v.display_order)], moved, atol=TOLERANCE, rtol=0)
+
+
+def test_each_distinct_image_is_encoded_once(scorer, rows):
+    fresh = scorer.replaced()  # empty caches
+    source = [rows[0], rows[1], rows[2]]  # rows 0 and 1 are two questions about one image
+    variants = build_variants("option_order", source, seed=0)
+    fresh.score_batch(source + variants)
+    fresh.score_predict(source)
+    distinct = {image_digest(im) for r in source for im in r.images}
+    assert len(distinct) == 2
+    assert fresh.stats["vision_encodes"] == len(distinct)  # CPU: the predict path reuses the batch path's fp32
+    assert fresh.stats["image_preprocess"] == len(distinct)
+    assert fresh.stats["rows"] == 2 * len(source) + len(variants)

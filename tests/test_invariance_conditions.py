@@ -1,0 +1,62 @@
+"""The invariance conditions the scorer layer adds or changes, on the embedded checkpoint and on fakes."""
+
+import numpy as np
+import pytest
+
+from laya_robustness.invariance import CONDITION_NAMES, ConditionNotSupported, InvarianceRun
+from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
+from laya_robustness.scoring.base import to_label_order
+
+
+@pytest.fixture(scope="module")
+def rows(fixture_rows):
+    return [r for name in ("colour_choice", "count_choice", "exists_yesno") for r in fixture_rows[name][:3]]
+
+
+def test_one_pass_equals_per_option_scoring_within_fp32_rounding(embedded_scorer, rows):
+    run = InvarianceRun(embedded_scorer, rows, batch_size=4, temperatures=dict(DEFAULT_TEMPERATURES))
+    stats = run.run("one_pass_vs_per_option")
+    assert "one_pass_vs_per_option" in CONDITION_NAMES
+    assert stats["precision"] == "fp32" and stats["rows"] == len(rows)
+    assert stats["flips"] == 0 and stats["max_abs_dlogit"] < 1e-4 and stats["max_abs_dp"] < 1e-5
+
+
+class _NoPerOption:
+    identity: dict = {}
+
+    def score_batch(self, rows):
+        return [to_label_order(r, np.arange(len(r.options), dtype=float)) for r in rows]
+
+    def score_predict(self, rows, use_cache=True):
+        return self.score_batch(rows)
+
+
+def test_a_scorer_without_the_per_option_path_cannot_run_the_condition(rows):
+    run = InvarianceRun(_NoPerOption(), rows, batch_size=4, temperatures=dict(DEFAULT_TEMPERATURES))
+    with pytest.raises(ConditionNotSupported, match="score_batch_per_option"):
+        run.run("one_pass_vs_per_option")
+
+
+class _Wrong(_NoPerOption):
+    """Its one pass differs from its per-option scores: the condition must see it."""
+
+    def score_batch_per_option(self, rows):
+        return [lg + 1e-3 for lg in self.score_batch(rows)]
+
+
+def test_the_condition_reports_a_one_pass_that_differs(rows):
+    stats = InvarianceRun(_Wrong(), rows, batch_size=4, temperatures=dict(DEFAULT_TEMPERATURES)).run(
+        "one_pass_vs_per_option")
+    assert stats["max_abs_dlogit"] == pytest.approx(1e-3) and not stats["bitwise"]
+
+
+def test_bf16_weights_run_on_their_own_copies_and_leave_the_scorer_alone(embedded_scorer, rows):
+    import torch
+
+    before = embedded_scorer.score_batch(rows[:2])
+    run = InvarianceRun(embedded_scorer, rows[:2], batch_size=4, temperatures=dict(DEFAULT_TEMPERATURES))
+    stats = run.run("bf16_weights")
+    assert stats["precision"] == "bf16" and 0 < stats["max_abs_dlogit"] < 1.0
+    assert next(embedded_scorer.model.parameters()).dtype == torch.float32 and embedded_scorer.precision == "auto"
+    after = embedded_scorer.score_batch(rows[:2])
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))

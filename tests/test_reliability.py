@@ -1,0 +1,117 @@
+"""Reports that survive interruptions, crashes and kill -9: atomic, marked incomplete, resumable."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_plugin import PASSING_LIMITS, gate, run  # noqa: F401  (the gate fixture)
+
+pytest_plugins = ["pytester"]
+
+FAMILIES = ("--families", "option_order,image_shuffle")
+
+
+def _summary(path):
+    return json.loads(path.read_text())
+
+
+def test_an_interrupted_run_keeps_the_last_complete_report(gate):
+    assert run(gate, *FAMILIES).ret == 0
+    reports = gate.path / "reports"
+    good = (reports / "summary.json").read_bytes()
+    assert _summary(reports / "summary.json")["meta"]["complete"] is True
+    result = run(gate, *FAMILIES, "--scorer", "fakes:interrupting", subprocess=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert (reports / "summary.json").read_bytes() == good
+    partial = _summary(reports / "summary.incomplete.json")
+    assert partial["meta"]["complete"] is False and "INTERRUPTED" in partial["meta"]["incomplete_reason"]
+    result.stdout.fnmatch_lines(["*INCOMPLETE RUN*previous run was kept*--resume*"])
+
+
+def test_a_crash_while_scoring_keeps_the_last_complete_report(gate):
+    assert run(gate, *FAMILIES).ret == 0
+    reports = gate.path / "reports"
+    good = (reports / "predictions.jsonl.gz").read_bytes()
+    result = run(gate, *FAMILIES, "--scorer", "fakes:crashing")
+    assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+    assert (reports / "predictions.jsonl.gz").read_bytes() == good
+    assert _summary(reports / "summary.json")["meta"]["complete"] is True
+
+
+def test_a_complete_run_clears_what_it_does_not_rewrite(gate):
+    reports = gate.path / "reports"
+    reports.mkdir()
+    (reports / "invariance.json").write_text("{}")  # left by an older run
+    (reports / "summary.incomplete.json").write_text("{}")
+    assert run(gate, *FAMILIES).ret == 0
+    assert not (reports / "invariance.json").exists() and not (reports / "summary.incomplete.json").exists()
+    assert not (reports / "journal").exists()  # a complete run needs no journal
+    assert not [p for p in reports.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def _gate_command(gate, *args):
+    return [sys.executable, "-m", "pytest", "robustness_tests", "--import-mode=importlib", "-p", "no:cacheprovider",
+            "--thresholds", "limits.toml", "-k", "not (snapshot or benchmark or invariance) and not gpu",
+            "--scorer", "fakes:counting", *FAMILIES, *args]
+
+
+def _scored_rows(count_file):
+    return sum(int(n) for n in count_file.read_text().split()) if count_file.exists() else 0
+
+
+def test_kill_9_then_resume_gives_the_same_reports_as_a_clean_run(gate):
+    env = {**os.environ, "PYTHONPATH": os.environ["PYTHONPATH"], "LAYA_COUNT_FILE": str(gate.path / "clean.count")}
+    clean = subprocess.run(_gate_command(gate, "--report-dir", "clean", "--batch-size", "2"), cwd=gate.path, env=env,
+                           capture_output=True)
+    assert clean.returncode == 0, clean.stdout.decode()[-3000:]
+    total = _scored_rows(gate.path / "clean.count")
+
+    env.update(LAYA_COUNT_FILE=str(gate.path / "killed.count"), LAYA_SLOW="0.05")
+    killed = subprocess.Popen(_gate_command(gate, "--report-dir", "resumed", "--batch-size", "2"), cwd=gate.path,
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = gate.path / "resumed" / "journal"
+    deadline = time.time() + 300
+    while time.time() < deadline and sum(1 for f in journal.glob("*.jsonl") for _ in f.open()) < 80:
+        time.sleep(0.2)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not (gate.path / "resumed" / "summary.json").exists()
+
+    env.update(LAYA_COUNT_FILE=str(gate.path / "resumed.count"))
+    env.pop("LAYA_SLOW")
+    resumed = subprocess.run(_gate_command(gate, "--report-dir", "resumed", "--batch-size", "2", "--resume"),
+                             cwd=gate.path, env=env, capture_output=True)
+    assert resumed.returncode == 0, resumed.stdout.decode()[-3000:]
+    rescored = _scored_rows(gate.path / "resumed.count")
+    assert 0 < rescored <= total - 64  # the journaled chunks were reused, not scored again
+    for name in ("predictions.jsonl.gz", "summary.json"):
+        assert (gate.path / "clean" / name).read_bytes() == (gate.path / "resumed" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\x1f\x8b\x08\x00\x00\x00", "not a readable gzip UTF-8 file"),
+    (None, "field 'argmax'"),
+])
+def test_summarize_on_a_bad_file_prints_one_line_and_exits_4(tmp_path, capsys, content, words):
+    from laya_robustness.__main__ import USAGE_ERROR, main
+    from laya_robustness.predictions import write_predictions
+
+    path = tmp_path / "predictions.jsonl.gz"
+    if content is None:
+        record = {"row_id": "d/1", "group_id": "d/1", "cluster": "c", "dataset": "d", "family": "orig",
+                  "variant": "orig", "primitive": "noul", "label": 1, "logits": [0.0, 1.0], "probs": [0.3, 0.7],
+                  "argmax": 1}
+        write_predictions(path, [record])
+        lines = gzip.decompress(path.read_bytes()).decode().replace('"argmax":1', '"argmax":9')
+        path.write_bytes(gzip.compress(lines.encode()))
+    else:
+        path.write_bytes(content)
+    assert main(["summarize", str(path), "--out", str(tmp_path / "s.json")]) == USAGE_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and words in err[0] and str(path) in err[0]

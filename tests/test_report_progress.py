@@ -1,0 +1,172 @@
+"""Scoring progress (a line in a log, a bar on a terminal, quiet modes) and the gate's terminal summary and reports."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
+
+from laya_robustness.fixture_rows import generate_rows, write_manifest
+from laya_robustness.pytest_plugin.terminal import WIDTH, table_lines
+from laya_robustness.report.progress import LineProgress, Quiet, scoring_progress
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+pytest_plugins = ["pytester"]
+
+
+def test_line_progress_says_rows_seconds_and_rate():
+    lines = []
+    clock = iter([10.0, 12.5]).__next__
+    tracker = LineProgress(lines.append, "image/vsr (cpu)", 100, clock=clock)
+    tracker.update(60)
+    tracker.update(40)
+    tracker.close()
+    assert lines == ["scored image/vsr (cpu): 100 rows in 2.5 s, 40 rows/s"]
+    assert "\r" not in lines[0]
+
+
+class Config:
+    def __init__(self, verbose=0, worker=False, tty=False):
+        self.verbose = verbose
+        if worker:
+            self.workerinput = {"workerid": "gw0"}
+        self.pluginmanager = self
+        self.reporter = Reporter(tty)
+
+    def getoption(self, name, default=None):
+        return self.verbose if name == "verbose" else default
+
+    def get_plugin(self, name):
+        return self.reporter if name == "terminalreporter" else None
+
+
+class Reporter:
+    def __init__(self, tty):
+        self.tty, self.lines, self.text = tty, [], ""
+
+    def isatty(self):
+        return self.tty
+
+    def ensure_newline(self):
+        pass
+
+    def write_line(self, line):
+        self.lines.append(line)
+
+    def write(self, text, flush=False):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_quiet_on_workers_and_under_q():
+    assert isinstance(scoring_progress(Config(worker=True), "cpu", "text/vsr", 5), Quiet)
+    assert isinstance(scoring_progress(Config(verbose=-1), "cpu", "text/vsr", 5), Quiet)
+    assert isinstance(scoring_progress(Config(), "cpu", "negation/colour_choice", 0), Quiet)
+
+
+def test_a_log_gets_one_line_and_a_terminal_a_bar():
+    config = Config()
+    tracker = scoring_progress(config, "cpu", "text/vsr", 5)
+    tracker.update(5)
+    tracker.close()
+    assert len(config.reporter.lines) == 1 and config.reporter.lines[0].startswith("scored text/vsr (cpu): 5 rows")
+    tty = Config(tty=True)
+    bar = scoring_progress(tty, "cuda", "text/vsr", 5)
+    bar.update(5)
+    bar.close()
+    assert "scoring text/vsr (cuda)" in tty.reporter.text and "5/5" in tty.reporter.text
+    assert "rows/s" in tty.reporter.text
+
+
+# ------------------------------------------------------------------------------ the gate, end to end
+
+
+LIMITS = """
+version = 1
+[families.orig]
+min_acc = 0.3
+[families.option_order]
+max_flip = 0.01
+max_drop = 0.5
+[families.negation]
+min_acc = 0.2
+"""
+
+
+@pytest.fixture
+def gate(pytester, monkeypatch):
+    shutil.copytree(ROOT / "robustness_tests", pytester.path / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
+    for name in ("colour_choice", "exists_yesno"):
+        write_manifest(generate_rows(name, 24, seed=5), pytester.path / "rows")
+    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n"
+                     "laya_scorer = fakes:oracle\nlaya_data = rows\nlaya_model = fake-model\n")
+    (pytester.path / "limits.toml").write_text(LIMITS)
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    return pytester
+
+
+def _run(pytester, *args):
+    return pytester.runpytest("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml",
+                              "-k", "not (snapshot or benchmark or invariance or gpu)", *args)
+
+
+def test_gate_prints_progress_every_block_and_writes_the_reports(gate):
+    result = _run(gate, "--families", "option_order,negation")
+    out = result.stdout.str()
+    # a log (not a terminal): one line per family and set, no carriage returns
+    scored = [line for line in out.splitlines() if line.startswith("scored ")]
+    assert sorted(s.split(":")[0] for s in scored) == sorted(
+        f"scored {f}/{d} (cpu)" for f in ("orig", "option_order", "negation") for d in ("colour_choice", "exists_yesno")
+        if not (f == "negation" and d == "colour_choice"))
+    assert "\r" not in out
+    # every block that ran, each cell with its numbers and its verdict; no line past the width
+    result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "[[]families[]]", "family*dataset*acc*checks",
+                                 "orig*colour_choice*ok", "option_order*colour_choice*FAIL max_flip", "[[]form[]]",
+                                 "negation*exists_yesno*", "verdicts: * FAIL*"])
+    table = out[out.index("robustness gate (cpu)"):]
+    assert max(len(line) for line in table.splitlines() if not line.startswith("wrote ")) <= WIDTH
+    page = (gate.path / "reports" / "report.html").read_text()
+    assert 'class="tag fail"' in page and 'id="ex-option_order"' in page and "data:image/png" in page
+    md = (gate.path / "reports" / "summary.md").read_text()
+    assert "**FAIL** `option_order/colour_choice` max_flip" in md
+    result.stdout.fnmatch_lines(["wrote *report.html", "wrote *summary.md"])
+
+
+def test_gate_under_q_prints_no_progress(gate):
+    result = _run(gate, "--families", "option_order", "-q")
+    assert "scored " not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*robustness gate (cpu)*"])
+
+
+def test_a_broken_report_is_a_harness_error_not_a_crash(gate, monkeypatch):
+    import laya_robustness.report as report
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot draw")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    result = _run(gate, "--families", "option_order")
+    assert result.ret == 3
+    result.stdout.fnmatch_lines(["*HARNESS ERROR*writing report.html / summary.md for cpu failed: RuntimeError: "
+                                 "cannot draw*"])
+    assert json.loads((gate.path / "reports" / "summary.json").read_text())["families"]
+
+
+def test_terminal_table_fits_with_long_verdicts():
+    """Cells failing many checks still fit: the checks are counted instead of named."""
+    cell = {"acc": 0.5, "acc_ci": [0.41234, 0.6], "delta": -0.25, "delta_ci": [-0.3, -0.2], "flip": 0.4, "ece": 0.2,
+            "ece_ci": [0.1, 0.3]}
+    summary = {"families": {f: {"a_rather_long_dataset_name": dict(cell)} for f in ("orig", "image", "text_only")}}
+    results = [{"family": "image", "dataset": "a_rather_long_dataset_name", "check": c, "passed": False, "value": 1.0,
+                "limit": 0.1, "interval": None, "detail": "", "device": "cpu"}
+               for c in ("max_flip", "max_drop", "min_acc", "max_ece")]
+    lines = table_lines(summary, results, "cpu", lambda *a: None)
+    assert max(map(len, lines)) <= WIDTH
+    assert any(line.startswith("image") and line.endswith("FAIL (4 checks)") for line in lines)
+    assert any("0.500 [0.412, 0.600]" in line for line in lines)  # the headline intervals stay

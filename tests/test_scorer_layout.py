@@ -1,0 +1,105 @@
+"""Sequence layouts and the scorer's stores, against plain-loop references and hand-computed examples."""
+
+import doctest
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from laya_robustness.scoring import cache, layout
+from laya_robustness.scoring.cache import ByteLRU, image_digest
+from laya_robustness.scoring.layout import Prompt, allowed, collate, pack
+
+
+def _prompt(n, blocks=None):
+    return Prompt(ids=tuple(range(10, 10 + n)), positions=np.arange(n)[None],
+                  blocks=np.asarray(blocks if blocks is not None else [-1] * n))
+
+
+def _reference_allowed(prompt_len, option_lens, blocks, window=None):
+    """Who may attend to whom, from the definition: each option as if it were alone after the prompt."""
+    tokens = [("p", i) for i in range(prompt_len)]
+    for j, n in enumerate(option_lens, start=1):
+        tokens += [(j, t) for t in range(n - 1)]
+    out = np.zeros((len(tokens), len(tokens)), bool)
+    for q, (seg_q, iq) in enumerate(tokens):
+        for k, (seg_k, ik) in enumerate(tokens):
+            lq = iq if seg_q == "p" else prompt_len + iq
+            lk = ik if seg_k == "p" else prompt_len + ik
+            if seg_k != "p" and seg_k != seg_q:
+                continue
+            both_prompt = seg_q == "p" and seg_k == "p"
+            ok = lk <= lq or (both_prompt and blocks[iq] >= 0 and blocks[iq] == blocks[ik])
+            if window is not None and lq - lk >= window:
+                ok = False
+            out[q, k] = ok
+    return out
+
+
+@pytest.mark.parametrize("blocks", [[-1] * 5, [0] * 5, [-1, 0, 0, -1, -1]], ids=["causal", "prefix", "image"])
+@pytest.mark.parametrize("window", [None, 3])
+def test_block_option_mask_matches_the_definition(blocks, window):
+    option_lens = [1, 3, 2, 4]
+    seq = pack(_prompt(5, blocks), [[1] * n for n in option_lens])
+    got = allowed(collate([seq], pad_id=0), window=window)[0]
+    np.testing.assert_array_equal(got, _reference_allowed(5, option_lens, blocks, window))
+
+
+def test_pack_positions_restart_after_the_prompt_and_targets_read_the_right_tokens():
+    prompt = Prompt(ids=(1, 2, 3), positions=np.array([[0, 1, 2], [0, 5, 7]]), blocks=np.full(3, -1))
+    seq = pack(prompt, [[7, 8, 9], [4]])
+    assert seq.ids == [1, 2, 3, 7, 8]
+    assert seq.segments == [0, 0, 0, 1, 1] and seq.logical == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(seq.positions, [[0, 1, 2, 3, 4], [0, 5, 7, 8, 9]])
+    assert seq.targets == [[(2, 7), (3, 8), (4, 9)], [(2, 4)]]
+
+
+def test_collate_pads_right_and_padding_attends_only_to_itself():
+    short, long = pack(_prompt(2), [[5]]), pack(_prompt(4), [[5, 6]])
+    batch = collate([short, long], pad_id=-7)
+    assert batch.ids.shape == (2, 5) and list(batch.ids[0, 2:]) == [-7, -7, -7]
+    ok = allowed(batch)
+    assert not ok[1, :, :][:, ~batch.valid[1]].any() and not ok[0][:2, 2:].any()
+    for q in (2, 3, 4):  # padding queries of row 0 see themselves only
+        assert ok[0, q].tolist() == [k == q for k in range(5)]
+
+
+def test_continuation_queries_see_the_cached_prompt_and_their_own_tokens():
+    batch = collate([pack(_prompt(3), [[5, 6, 7]])], pad_id=0)
+    ok = allowed(batch, query_start=3)
+    assert ok.shape == (1, 2, 5)
+    assert ok[0].tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+
+
+def test_a_prompt_that_does_not_fit_its_positions_is_refused():
+    with pytest.raises(ValueError, match="do not fit"):
+        Prompt(ids=(1, 2), positions=np.arange(3)[None], blocks=np.full(2, -1))
+    with pytest.raises(ValueError, match="at least one token"):
+        pack(_prompt(2), [[]])
+
+
+def test_byte_lru_evicts_the_least_recently_used_and_skips_oversized_entries():
+    store = ByteLRU(max_bytes=10)
+    store.put("a", 1, nbytes=4)
+    store.put("b", 2, nbytes=4)
+    assert store.get("a") == 1  # a is now the most recent
+    store.put("c", 3, nbytes=4)
+    assert "b" not in store and "a" in store and "c" in store and store.nbytes == 8 and store.evictions == 1
+    store.put("huge", 4, nbytes=11)
+    assert "huge" not in store and store.nbytes == 8
+    with pytest.raises(ValueError):
+        ByteLRU(-1)
+
+
+def test_image_digest_keys_pixels_size_and_mode():
+    red = Image.new("RGB", (4, 4), (255, 0, 0))
+    assert image_digest(red) == image_digest(Image.new("RGB", (4, 4), (255, 0, 0)))
+    assert image_digest(red) != image_digest(Image.new("RGB", (4, 4), (254, 0, 0)))
+    assert image_digest(red) != image_digest(Image.new("RGB", (2, 8), (255, 0, 0)))
+    assert image_digest(red) != image_digest(red.convert("RGBA"))
+    assert image_digest(red) == image_digest(red)  # memoised per object, same answer
+
+
+@pytest.mark.parametrize("module", [layout, cache])
+def test_docstring_examples_run(module):
+    assert doctest.testmod(module, raise_on_error=True).attempted > 0
