@@ -28,6 +28,19 @@ def _varied(rows):
     return out
 
 
+def _with_user_variants(rows):
+    """Every third row carries a user rephrasing and a user translation, so the user variants fire too."""
+    return [dataclasses.replace(r, meta={**r.meta, "rephrasings": [f"Please answer this: {r.question}"],
+                                         "translations": {"nl": f"{r.question} (in het Nederlands)"}})
+            if i % 3 == 0 else r for i, r in enumerate(rows)]
+
+
+def _what_is(rows):
+    """Every other row asks "What is the colour of the <shape>?" (the form of the tell_me rephrasing)."""
+    return [dataclasses.replace(r, question=r.question.replace("Which colour does", "What is the colour of")
+                                .replace(" have?", "?")) if i % 2 else r for i, r in enumerate(rows)]
+
+
 def _with_user_paraphrases(rows):
     """The first caption carries two paraphrases of its own, as --paraphrases attaches them."""
     first = dataclasses.replace(rows[0], meta={**rows[0].meta, "paraphrases": ["a picture of shapes", "shapes"]})
@@ -36,8 +49,12 @@ def _with_user_paraphrases(rows):
 
 @pytest.fixture(scope="module")
 def records():
-    sources = {"rows": [_varied(generate_rows("colour_choice", 24, seed=3)), generate_rows("exists_yesno", 24, seed=3)],
-               "captions": [_with_user_paraphrases(generate_captions(12, seed=3))]}
+    rows = [_varied(generate_rows("colour_choice", 24, seed=3)), generate_rows("exists_yesno", 24, seed=3)]
+    rows = [_with_user_variants(r) for r in rows] + [
+        # the other question forms, so every rephrasing rule fires
+        generate_rows("count_choice", 8, seed=3), generate_rows("left_of_yesno", 8, seed=3),
+        _what_is(generate_rows("context_choice", 8, seed=3))]
+    sources = {"rows": rows, "captions": [_with_user_paraphrases(generate_captions(12, seed=3))]}
     scorer = OracleScorer("fake", margin=1.0, noise=1.0)
     out = []
     for family in declared():
@@ -104,6 +121,18 @@ def label_flip(rows, orig):
     return _mean(flips)
 
 
+def av(rows, orig):
+    """Stability AV, pooled over every paired row: the share whose argmax differs from the orig argmax."""
+    return _mean(r["argmax"] != orig[(r["dataset"], r["group_id"])]["argmax"] for r in rows
+                 if (r["dataset"], r["group_id"]) in orig)
+
+
+def v(rows, orig):
+    """Stability V: over groups with an orig row, the share with at least one changed answer."""
+    return _mean(any(r["argmax"] != orig[g]["argmax"] for r in rs) for g, rs in _groups(rows).items() if g in orig)
+
+
+
 def _caption_pairs(rows, orig):
     """(reference s, variant s, variant meta) of every paraphrase and every flip, by the LGIP pairing rule."""
     by_variant = {(r["dataset"], r["group_id"], r["variant"]): r for r in rows}
@@ -132,7 +161,7 @@ def pr(rows, orig):
 
 
 RECOMPUTE = {"acc": lambda rows, orig: acc(rows), "delta": delta, "flip": flip, "asr": asr,
-             "e_inv": e_inv, "e_sens": e_sens, "pr": pr}
+             "e_inv": e_inv, "e_sens": e_sens, "pr": pr, "av": av, "v": v}
 
 
 def test_every_declared_variant_fires(records):

@@ -73,9 +73,9 @@ def test_markers_are_registered(gate):
 
 def test_gate_passes_writes_reports_and_prints_the_table(gate):
     result = run(gate, "--families", "option_order,image_shuffle", "-rs")
-    # 12 question-family modules x 2 sets x (cpu, gpu): 24 gpu skips, 18 cpu skips for families not selected;
+    # 21 question-family modules x 2 sets x (cpu, gpu): 42 gpu skips, 36 cpu skips for families not selected;
     # 3 lgip modules x (cpu, gpu) skip: the fake model is no dual encoder and none is given
-    result.assert_outcomes(passed=6, skipped=48)
+    result.assert_outcomes(passed=6, skipped=84)
     result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "family*dataset*acc*checks",
                                  "orig*colour_choice*ok", "image_shuffle*colour_choice*ok"])
     result.stdout.fnmatch_lines(["*short test summary info*", "SKIPPED*CUDA is not available*"])
@@ -89,7 +89,7 @@ def test_gate_passes_writes_reports_and_prints_the_table(gate):
 
 def test_gpu_tests_skip_with_a_reason_naming_cuda(gate):
     result = run(gate, "-m", "gpu", "-rs", "--families", "option_order")
-    result.assert_outcomes(skipped=27)  # 12 question-family modules x 2 sets and 3 lgip modules, each gpu item
+    result.assert_outcomes(skipped=45)  # 21 question-family modules x 2 sets and 3 lgip modules, each gpu item
     result.stdout.fnmatch_lines(["*CUDA is not available*"])
 
 
