@@ -5,7 +5,9 @@ unperturbed rows and the meaning-preserving perturbations and controls form the 
 ``"families"`` (accuracy, paired delta, flip rate, ECE, intervals, per-variant numbers); every
 other family is reported in its own block (``"options"``, ``"form"``, ``"injection"``...), its
 cell holding its headline metrics (``metrics.headline``) and its block metrics. The optional
-``"floor"`` block holds the ECE noise floor of the flat families. Text tables live in
+``"floor"`` block holds the ECE noise floor of the flat families. The ``"stability"`` block also holds
+the row ``"any"``: per dataset, every default visual stability family pooled (AV over all their
+instances, V over samples changed by at least one; ``metrics.stability.any_visual_cell``). Text tables live in
 ``laya_robustness.tables``; the command line in ``laya_robustness.__main__``.
 """
 
@@ -28,6 +30,7 @@ from laya_robustness.metrics.bootstrap import cluster_index, ece_ci, mean_ci, me
 from laya_robustness.metrics.calibration import ece
 from laya_robustness.metrics.floor import floor_block
 from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline, headline_values
+from laya_robustness.metrics.stability import STABILITY, any_families, any_visual_cell
 from laya_robustness.metrics.stability_analysis import stability_analysis
 from laya_robustness.records import ORIG, Record, parse_records
 
@@ -35,6 +38,8 @@ from laya_robustness.records import ORIG, Record, parse_records
 #: The one-model stability analyses (answer entropy, stable shares, Tables 5, 7 and 8 of the stability
 #: study, the mutual-information ratio) of every dataset with variants of a family that has a modality.
 STABILITY_ANALYSIS = "stability_analysis"
+#: The stability block's row of every visual family pooled (the reference's "Any").
+ANY_VISUAL = "any"
 
 
 def _canonical(records: Iterable[Any]) -> list[Record]:
@@ -169,6 +174,21 @@ def block_cell(family: Family, rows: list, orig: Mapping, boot: Mapping[str, int
             **uncertainty(family.headline, rows, orig, counts, clusters), **family.cell(rows, orig, boot)}
 
 
+def any_visual_cells(records: Sequence[Record], orig: Mapping, boot: Mapping[str, int]) -> dict:
+    """Per dataset with records of a default visual stability family: those records pooled
+    (``metrics.stability.any_visual_cell``), with the intervals and standard errors of AV and V."""
+    pooled = set(any_families())
+    by_dataset: dict[str, list] = defaultdict(list)
+    for r in records:
+        if r.family in pooled:
+            by_dataset[r.dataset].append(r)
+    out = {}
+    for dataset, rows in sorted(by_dataset.items()):
+        clusters, counts = _cell_counts(rows, ANY_VISUAL, dataset, boot, boot["n_boot"])
+        out[dataset] = {**any_visual_cell(rows, orig), **uncertainty(STABILITY, rows, orig, counts, clusters)}
+    return out
+
+
 def _check_int(name: str, value: Any, low: int) -> None:
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
@@ -216,6 +236,9 @@ def summarize(
                     cells[dataset].update(decl.cell(rows, orig, boot))
             else:
                 cells[dataset] = block_cell(decl, rows, orig, boot)
+    any_cells = any_visual_cells(records, orig, boot)
+    if any_cells:
+        out["stability"][ANY_VISUAL] = any_cells
     if ece_floor_sims > 0:
         out["floor"] = floor_block(flat_records(records), sims=ece_floor_sims, seed=seed)
     analysis = stability_analysis(records)

@@ -216,6 +216,26 @@ def test_the_option_set_flip_pools_both_variants(records):
     assert min(rates) <= cell["flip"] <= max(rates)
 
 
+def test_the_any_row_pools_every_visual_stability_family(records):
+    """"any": AV over every instance of the default visual families of a set, V over its samples changed by
+    at least one of them; recomputed from the records."""
+    summary = summarize(records, n_boot=20, n_boot_ece=20)
+    orig = _orig(records)
+    visual = {f.name for f in declared() if f.block == "stability" and f.modality == "visual" and f.default}
+    assert {"shift", "pad_crop", "scale", "scale_pad", "rotation", "overlay"} <= visual
+    assert "rotation_sweep" not in visual  # opt-in: not in the default run, so not in "any"
+    cells = summary["stability"]["any"]
+    assert set(cells) == {r["dataset"] for r in records if r["family"] in visual}
+    for dataset, cell in cells.items():
+        rows = [r for r in records if r["family"] in visual and r["dataset"] == dataset]
+        assert cell["av"] == pytest.approx(av(rows, orig), abs=1e-6)
+        assert cell["v"] == pytest.approx(v(rows, orig), abs=1e-6)
+        assert cell["av_ci"][0] <= cell["av"] <= cell["av_ci"][1]
+        assert set(cell["families"]) == {r["family"] for r in rows}
+    # pooled, not averaged: V of the union is at least every family's own V
+    assert all(f["v"] <= cell["v"] + 1e-9 for cell in cells.values() for f in cell["families"].values())
+
+
 def test_the_worst_attribute_pr_is_the_lowest_of_the_attributes(records):
     summary = summarize(records, n_boot=20, n_boot_ece=20)
     orig = _orig(records)

@@ -162,6 +162,10 @@ OPTIONS = (
     Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
            f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
     Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
+    Option("--rephrasings", "none", "JSONL of your own question rephrasings by row id ({row_id, rephrasings: [...]}) "
+           "the rephrase family asks besides its built-in rules, or none"),
+    Option("--translations", "none", "JSONL of your own question translations by row id ({row_id, translations: "
+           "{language: text}}) the language family asks besides its built-in ones, or none"),
     Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
            "comparison with it and the max_regression checks, or none"),
     Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "
@@ -228,6 +232,8 @@ class Settings:
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None
+    rephrasings: Path | None
+    translations: Path | None
     resume: bool
     baseline: Path | None
     journal: Path | None  # None: <report-dir>/journal
@@ -266,6 +272,8 @@ def read_settings(config: pytest.Config) -> Settings:
         local_dual = resolve(config, dual)
         dual = str(local_dual) if local_dual.exists() else dual
     paraphrases = values.pop("paraphrases")
+    for field in ("rephrasings", "translations"):
+        values[field] = None if values[field] == "none" else resolve(config, values[field])
     journal = values.pop("journal")
     values["journal"] = None if journal == "auto" else resolve(config, journal)
     baseline = values.pop("baseline")

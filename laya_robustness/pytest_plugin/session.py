@@ -172,6 +172,13 @@ class RobustnessSession:
                 self._rows = load_source_rows(s.data, s.rows_per_set, s.seed, load)
             except (RowError, FileNotFoundError) as exc:
                 raise pytest.UsageError(f"--data: {exc}") from exc
+            if s.rephrasings is not None or s.translations is not None:
+                from laya_robustness.families.rephrase import attach_user_variants
+
+                try:
+                    self._rows = attach_user_variants(self._rows, s.rephrasings, s.translations)
+                except (RowError, FileNotFoundError) as exc:
+                    raise pytest.UsageError(f"--rephrasings / --translations: {exc}") from exc
         return self._rows
 
     @property
