@@ -1,7 +1,9 @@
 """The pytest plugin, driven through pytester on a copy of the gate with small rows and a fake scorer."""
 
 import json
+import re
 import shutil
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -316,6 +318,50 @@ def test_xdist_merge_equals_a_single_process_run(gate):
     assert json.loads(one)["families"] and one == two
     assert (gate.path / "single" / "predictions.jsonl.gz").read_bytes() == \
         (gate.path / "split" / "predictions.jsonl.gz").read_bytes()
+
+
+def _rows_scored(path: Path) -> int:
+    return sum(int(n) for n in path.read_text().split())
+
+
+def test_xdist_scores_every_row_once(gate, monkeypatch):
+    """-n 2 keeps a dataset's tests on one worker (--dist loadgroup by default): no orig row is scored by two
+    workers, so the workers together score exactly the rows one process scores."""
+    monkeypatch.setenv("LAYA_COUNT_FILE", str(gate.path / "single.count"))
+    assert run(gate, "--scorer", "fakes:counting", "--report-dir", "single", subprocess=True).ret == 0
+    monkeypatch.setenv("LAYA_COUNT_FILE", str(gate.path / "split.count"))
+    split = run(gate, "--scorer", "fakes:counting", "--report-dir", "split", "-n", "2", "-v", subprocess=True)
+    assert split.ret == 0, split.stdout.str()
+    split.stdout.fnmatch_lines(["scheduling tests via DatasetScheduling"])
+    workers = defaultdict(set)  # dataset -> the workers that ran one of its tests
+    for worker, dataset in re.findall(r"^\[(gw\d+)\] .*::test_\w+\[(colour_choice|exists_yesno)-(?:cpu|gpu)\]",
+                                      split.stdout.str(), re.M):
+        workers[dataset].add(worker)
+    assert set(workers) == {"colour_choice", "exists_yesno"} and all(len(w) == 1 for w in workers.values()), workers
+    assert _rows_scored(gate.path / "split.count") == _rows_scored(gate.path / "single.count") > 0
+    one = (gate.path / "single" / "summary.json").read_text()
+    assert json.loads(one)["families"] and one == (gate.path / "split" / "summary.json").read_text()
+
+
+def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):
+    """A worker has only its share of the records: the snapshot is compared once on the controller, over the
+    merged records; a difference is printed as a diff and fails the run."""
+    base = ("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml")
+    recorded = gate.runpytest_subprocess(*base, "-k", "snapshot and not gpu", "--snapshot-update")
+    assert recorded.ret == 0, recorded.stdout.str()
+    (stored,) = (gate.path / "robustness_tests" / "__snapshots__").rglob("*.json")
+    run_all = (*base, "-k", "not (benchmark or invariance or gpu)", "-n", "2", "-rs")
+    same = gate.runpytest_subprocess(*run_all)
+    assert same.ret == 0, same.stdout.str()
+    same.stdout.fnmatch_lines(["summary snapshot (cpu): matches *.cpu.*(compared on the controller)",
+                               "SKIPPED*under xdist the summary snapshot is compared once, on the controller*"])
+    text = stored.read_text()
+    acc = json.loads(text)["families"]["orig"]["colour_choice"]["acc"]
+    stored.write_text(text.replace(f'"acc": {acc},', f'"acc": {round(acc + 0.125, 4)},', 1))
+    changed = gate.runpytest_subprocess(*run_all)
+    assert changed.ret == pytest.ExitCode.TESTS_FAILED, changed.stdout.str()
+    changed.stdout.fnmatch_lines(["*summary snapshot (cpu) DIFFERS from*", f'-*"acc": {round(acc + 0.125, 4)},',
+                                  f'+*"acc": {acc},'])
 
 
 def test_snapshot_update_is_refused_under_xdist(gate):

@@ -24,6 +24,16 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _dist_given(config: pytest.Config) -> bool:
+    """Whether the user chose an xdist mode (--dist / -d / --distload) on the command line or in addopts."""
+    import os
+    import shlex
+
+    words = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+             *config.getini("addopts")]
+    return any(w in ("-d", "--distload", "--dist") or w.startswith("--dist=") for w in words)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
@@ -109,6 +119,16 @@ def pytest_runtest_call(item: pytest.Item):
         pytest.fail(f"harness error (not a gate failure): {exc}", pytrace=False)
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    # -n alone: one worker per dataset (see xdist_schedule); an explicit --dist is the user's choice
+    if config.getoption("dist", default="no") != "load" or _dist_given(config):
+        return None
+    from laya_robustness.pytest_plugin.xdist_schedule import DatasetScheduling
+
+    return DatasetScheduling(config, log, robustness_session(config).datasets_for_collection())
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     payload = getattr(node, "workeroutput", {}).get(PAYLOAD_KEY)
@@ -128,11 +148,27 @@ def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors) 
     return None
 
 
+def _compare_deferred_snapshots(session: pytest.Session, state: RobustnessSession) -> None:
+    """xdist: the workers' snapshots against the merged records (before the reports, which then hold any
+    cell the controller had to score); a difference fails the run."""
+    from laya_robustness.pytest_plugin.snapshot import compare_deferred
+
+    try:
+        state.snapshot_outcomes = compare_deferred(state)
+    except (HarnessError, OSError, ValueError) as exc:
+        state.harness_errors.append(f"comparing the summary snapshot on the controller: {type(exc).__name__}: {exc}")
+        return
+    if any(not o.matches for o in state.snapshot_outcomes) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = robustness_session(session.config)
     if _is_worker(session.config):
         session.config.workeroutput[PAYLOAD_KEY] = state.worker_payload()
         return
+    if state.deferred_snapshots and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        _compare_deferred_snapshots(session, state)
     state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors)
     if state.records or state.invariance_results:
         from laya_robustness.pytest_plugin.reports import write_reports

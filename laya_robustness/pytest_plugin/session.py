@@ -119,6 +119,9 @@ class RobustnessSession:
         self.written: list = []
         self.incomplete_reason: str | None = None  # set when the run ends
         self.kept_previous_report = False
+        # under xdist: the workers' summary snapshots ({device, name, path}), compared on the controller
+        self.deferred_snapshots: list[dict] = []
+        self.snapshot_outcomes: list = []  # snapshot.SnapshotOutcome of each, once compared
 
     # settings the rest of the plugin reads by name
     seed = property(lambda self: self.settings.seed)
@@ -525,7 +528,8 @@ class RobustnessSession:
 
     def worker_payload(self) -> str:
         return json.dumps({"records": self.records, "results": self.results, "harness": self.harness_errors,
-                           "identities": self.identities, "invariance": self.invariance_results})
+                           "identities": self.identities, "invariance": self.invariance_results,
+                           "scored": sorted(self._scored), "snapshots": self.deferred_snapshots})
 
     def merge_payload(self, payload: str) -> None:
         """Add a worker's records (parsed into Records), results, errors, identities and invariance stats."""
@@ -539,6 +543,14 @@ class RobustnessSession:
         self.identities.update(data["identities"])
         for device, conditions in data["invariance"].items():
             self.invariance_results.setdefault(device, {}).update(conditions)
+        self._scored.update(tuple(key) for key in data["scored"])
+        for snapshot in data["snapshots"]:
+            if snapshot not in self.deferred_snapshots:
+                self.deferred_snapshots.append(snapshot)
+
+    def defer_snapshot(self, device: str, name: str, path) -> None:
+        """A worker's summary snapshot, to be compared on the controller once every worker's records are in."""
+        self.deferred_snapshots.append({"device": device, "name": name, "path": str(path)})
 
     def meta(self, device: str) -> dict:
         from laya_robustness.report_meta import run_meta

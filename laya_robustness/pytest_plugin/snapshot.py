@@ -4,12 +4,20 @@ One snapshot per configuration: ``<model>.<cpu|gpu>.m<model fingerprint>.d<data 
 per set>.<families>``. A configuration without a snapshot (new data, a new model) has nothing to be
 compared with: its test says so and how to record one, instead of diffing against another
 configuration's numbers.
+
+Under xdist no worker has every record, so a worker's snapshot test only names the snapshot
+(``defer_snapshot``) and skips; the controller compares it once the workers' records are merged
+(``compare_deferred``: the same serialisation syrupy compares), prints the outcome in the terminal
+summary and fails the run's exit status when it differs.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from laya_robustness.families import default_families
@@ -18,6 +26,20 @@ from laya_robustness.rows import Row
 
 SNAPSHOT_DIGITS = 4
 FINGERPRINT_CHARS = 8
+DIFF_LINES = 60
+#: Why a worker's snapshot test skips under xdist.
+COMPARED_ON_CONTROLLER = ("under xdist the summary snapshot is compared once, on the controller, over every worker's "
+                          "records merged: see 'summary snapshot' in the terminal summary (a difference fails the run)")
+
+
+@dataclass(frozen=True)
+class SnapshotOutcome:
+    """One deferred comparison: which snapshot, whether it matched, and a unified diff when it did not."""
+
+    device: str
+    name: str
+    matches: bool
+    diff: str = ""
 
 
 def image_digest(image) -> str:
@@ -86,3 +108,23 @@ def snapshot_view(session, device: str) -> dict:
     s = session.settings
     return {"model": s.model_name, "identity": identity, "seed": s.seed, "rows_per_set": s.rows_per_set,
             "temperatures": s.temperatures, **rounded(metrics, SNAPSHOT_DIGITS)}
+
+
+def serialized_view(session, device: str) -> str:
+    """``snapshot_view`` serialised exactly as the snapshot file holds it (syrupy's JSON extension)."""
+    from syrupy.extensions.json import JSONSnapshotExtension
+
+    return JSONSnapshotExtension().serialize(snapshot_view(session, device))
+
+
+def compare_deferred(session) -> list[SnapshotOutcome]:
+    """Compare each snapshot the workers deferred with the summary of the merged records (scoring only
+    cells no worker scored)."""
+    out = []
+    for item in session.deferred_snapshots:
+        stored = Path(item["path"]).read_text(encoding="utf-8")
+        actual = serialized_view(session, item["device"])
+        diff = "" if actual == stored else "".join(list(difflib.unified_diff(
+            stored.splitlines(keepends=True), actual.splitlines(keepends=True), "snapshot", "this run", n=1))[:DIFF_LINES])
+        out.append(SnapshotOutcome(item["device"], item["name"], actual == stored, diff))
+    return out

@@ -116,6 +116,14 @@ def write_summary(reporter, session) -> None:
         reporter.write_sep("-", "too few rows to tell a 5-point change from none at the gate's error rate")
         for line in power:
             reporter.write_line(line)
+    for outcome in getattr(session, "snapshot_outcomes", []):
+        if outcome.matches:
+            reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name} (compared on the controller)")
+            continue
+        reporter.write_sep("-", f"summary snapshot ({outcome.device}) DIFFERS from {outcome.name}", red=True)
+        for line in outcome.diff.splitlines():
+            reporter.write_line(line)
+        reporter.write_line("review the change; accept it with `pytest robustness_tests --snapshot-update` (-n 0)")
     for path in getattr(session, "written", []):
         reporter.write_line(f"wrote {path}")
     if session.incomplete_reason:
