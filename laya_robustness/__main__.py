@@ -231,7 +231,8 @@ def _export_parquet(args) -> int:
     from laya_robustness.loaders.export import export_parquet
     from laya_robustness.loaders.settings import LoadSettings
 
-    settings = LoadSettings(args.data_map, args.max_image_pixels, args.allow_outside_data)
+    # the export keeps every image at its size (the gate scales them down when it reads them)
+    settings = LoadSettings(args.data_map, args.max_image_pixels, args.allow_outside_data, max_image_side=0)
     try:
         paths = export_parquet(args.data, args.out, settings)  # RowError, FileNotFoundError: see main()
     except ImportError as exc:  # the datasets extra is not installed

@@ -85,3 +85,24 @@ def test_garbage_and_truncated_images_are_row_errors(tmp_path):
     path = _manifest(tmp_path, image.getvalue()[: len(image.getvalue()) // 2])
     with pytest.raises(RowError, match=r"s\.jsonl:1: field 'images\[0\]': cannot read image .*big\.png: OSError"):
         load_jsonl(path)
+
+
+@pytest.mark.parametrize("size, max_side, expected", [
+    ((2048, 1000), 1024, (1024, 500)),  # the stability study's rule: the longest side down to 1024 px
+    ((600, 1500), 1024, (410, 1024)),
+    ((1024, 300), 1024, (1024, 300)),  # at the limit: kept
+    ((2048, 1000), 0, (2048, 1000)),  # 0 keeps every size
+])
+def test_decoded_images_are_scaled_down_to_the_longest_side(tmp_path, size, max_side, expected):
+    image = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 30)).save(image, format="PNG")
+    path = _manifest(tmp_path, image.getvalue())
+    (decoded,) = load_jsonl(path, LoadSettings(max_image_side=max_side))[0].images
+    assert decoded.size == expected and decoded.mode == "RGB"
+    assert decoded.getpixel((expected[0] // 2, expected[1] // 2)) == (200, 30, 30)
+
+
+def test_the_default_longest_side_is_1024():
+    assert LoadSettings().max_image_side == 1024
+    with pytest.raises(ValueError, match="max_image_side"):
+        LoadSettings(max_image_side=-1)

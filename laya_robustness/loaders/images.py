@@ -46,6 +46,7 @@ class ImageRef:
     max_pixels: int
     file: Path | None = None
     payload: bytes | None = None
+    max_side: int = 0  # decoded images are scaled down to this longest side (0: kept as they are)
 
     @property
     def name(self) -> str:
@@ -61,8 +62,9 @@ class ImageRef:
             raise self.where.error(self.field_name, f"cannot read image {self.file}: {exc}") from exc
 
     def decode(self) -> Image.Image:
-        """The pixels as an RGB image; a decoding failure is a RowError naming file, line and field."""
-        return _open(self, decode=True)
+        """The pixels as an RGB image, scaled down to ``max_side`` (``cap_side``); a decoding failure is a
+        RowError naming file, line and field."""
+        return cap_side(_open(self, decode=True), self.max_side)
 
 
 def file_image(where: Where, field_name: str, text: str, base_dir: Path, data_root: Path,
@@ -91,7 +93,7 @@ def file_image(where: Where, field_name: str, text: str, base_dir: Path, data_ro
     if not full.is_file():
         raise where.error(field_name, f"cannot read image {full}: not a file")
     check_payload_size(where, field_name, size, settings)
-    ref = ImageRef(where, field_name, settings.max_image_pixels, file=full)
+    ref = ImageRef(where, field_name, settings.max_image_pixels, file=full, max_side=settings.max_image_side)
     _open(ref, decode=False)
     return ref
 
@@ -99,7 +101,8 @@ def file_image(where: Where, field_name: str, text: str, base_dir: Path, data_ro
 def payload_image(where: Where, field_name: str, payload: bytes, settings: LoadSettings) -> ImageRef:
     """An image given as its encoded bytes (a decoded base64 cell, a ``datasets`` Image ``bytes``)."""
     check_payload_size(where, field_name, len(payload), settings)
-    ref = ImageRef(where, field_name, settings.max_image_pixels, payload=bytes(payload))
+    ref = ImageRef(where, field_name, settings.max_image_pixels, payload=bytes(payload),
+                   max_side=settings.max_image_side)
     _open(ref, decode=False)
     return ref
 
@@ -132,6 +135,21 @@ def _pillow_limit(max_pixels: int):
         finally:
             if lift:
                 Image.MAX_IMAGE_PIXELS = previous
+
+
+def cap_side(image: Image.Image, max_side: int) -> Image.Image:
+    """``image`` scaled (bicubic, aspect kept, each side rounded, at least 1 px) so its longest side is
+    ``max_side``, when it is longer; otherwise (or with ``max_side`` 0) ``image`` itself.
+
+    >>> cap_side(Image.new("RGB", (2048, 1000)), 1024).size, cap_side(Image.new("RGB", (64, 64)), 1024).size
+    ((1024, 500), (64, 64))
+    """
+    longest = max(image.size)
+    if not max_side or longest <= max_side:
+        return image
+    scale = max_side / longest
+    size = tuple(max(1, round(side * scale)) for side in image.size)
+    return image.resize(size, Image.Resampling.BICUBIC)
 
 
 def _too_large(ref: ImageRef, size_text: str) -> RowError:

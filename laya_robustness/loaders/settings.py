@@ -21,6 +21,9 @@ from typing import Mapping
 from laya_robustness.rows import RECORD_FIELDS
 
 DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
+#: Longest image side kept when pixels are decoded; larger images are scaled down to it (the stability
+#: study limits every image to 1024 px "by resizing when necessary"). 0 keeps every size.
+DEFAULT_MAX_IMAGE_SIDE = 1024
 #: Room for headers, EXIF and ICC profiles on top of the pixel data in the payload bound.
 PAYLOAD_SLACK_BYTES = 1 << 20
 _NONE = ("", "none")
@@ -35,12 +38,14 @@ class LoadSettings:
     ``data_map``: row field -> column of a parquet / ``datasets`` table (an empty column: the
     field is not read). ``max_image_pixels``: the largest width x height accepted, checked from
     the header before any pixel is decoded. ``allow_outside_data``: read image paths that are
-    absolute or lead out of the data directory.
+    absolute or lead out of the data directory. ``max_image_side``: a decoded image whose longest side
+    is longer is scaled down to it, aspect kept (bicubic); 0 keeps every size.
     """
 
     data_map: Mapping[str, str] = field(default_factory=dict)
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     allow_outside_data: bool = False
+    max_image_side: int = DEFAULT_MAX_IMAGE_SIDE
 
     def __post_init__(self):
         for name, column in self.data_map.items():
@@ -49,6 +54,9 @@ class LoadSettings:
         if isinstance(self.max_image_pixels, bool) or not isinstance(self.max_image_pixels, int) \
                 or self.max_image_pixels < 1:
             raise ValueError(f"max_image_pixels: expected a positive int, got {self.max_image_pixels!r}")
+        if isinstance(self.max_image_side, bool) or not isinstance(self.max_image_side, int) \
+                or self.max_image_side < 0:
+            raise ValueError(f"max_image_side: expected an int >= 0, got {self.max_image_side!r}")
 
     @property
     def max_image_bytes(self) -> int:

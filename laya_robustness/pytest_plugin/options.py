@@ -178,6 +178,8 @@ OPTIONS = (
     Option("--max-image-pixels", "40000000", "largest image accepted, width x height in pixels (e.g. 40000000 or "
            "40M), checked from the header before decoding; the encoded bytes may be 4 per pixel + 1 MiB",
            parse_max_image_pixels),
+    Option("--max-image-side", "1024", "longest image side: larger images are scaled down to it when read (bicubic, "
+           "aspect kept), as the stability study does; 0 keeps every size", _int(0)),
     Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
            "directory (no: refuse them)", parse_allow_outside_data),
 )
@@ -239,6 +241,7 @@ class Settings:
     journal: Path | None  # None: <report-dir>/journal
     data_map: dict  # row field -> column of a parquet / datasets table (laya_robustness.loaders.settings)
     max_image_pixels: int
+    max_image_side: int
     allow_outside_data: bool
 
 

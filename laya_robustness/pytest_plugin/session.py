@@ -171,7 +171,7 @@ class RobustnessSession:
                 from laya_robustness.loaders import LoadSettings
 
                 s = self.settings
-                load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data)
+                load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data, s.max_image_side)
                 self._rows = load_source_rows(s.data, s.rows_per_set, s.seed, load)
             except (RowError, FileNotFoundError) as exc:
                 raise pytest.UsageError(f"--data: {exc}") from exc
