@@ -55,6 +55,14 @@ CONDITIONS = (
 CONDITION_NAMES = tuple(c.name for c in CONDITIONS)
 #: The thresholds section whose limits apply to any condition that ran in bf16 (a flip budget).
 BF16_BUDGET = "bf16"
+#: A dual encoder's results are reported as "dual:<condition>" and held to that condition's limits.
+DUAL_PREFIX = "dual:"
+
+
+def limits_section(condition: str, precision: str) -> str:
+    """The ``[invariance.<section>]`` a result is judged by: the bf16 flip budget for a bf16 condition, else
+    the condition's own (a dual encoder's ``dual:<condition>`` by ``<condition>``'s)."""
+    return BF16_BUDGET if precision == BF16 else condition.removeprefix(DUAL_PREFIX)
 
 
 def hostile_rows(rows: Sequence[Row]) -> list[Row]:

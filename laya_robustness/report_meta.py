@@ -18,6 +18,18 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+def run_inputs(session) -> dict:
+    """How the rows were read and what was attached to them: the reading rules, the caption file (when
+    caption rows were probed) and the user's paraphrase, rephrasing and translation files (None: none).
+    With ``data`` they are what re-reads the same rows offline (``report``)."""
+    s = session.settings
+    path = lambda p: None if p is None else str(p)  # noqa: E731
+    return {"data_map": dict(s.data_map), "max_image_pixels": s.max_image_pixels, "max_image_side": s.max_image_side,
+            "allow_outside_data": s.allow_outside_data,
+            "captions": str(s.captions) if session.caption_rows else None, "paraphrases": path(s.paraphrases),
+            "rephrasings": path(s.rephrasings), "translations": path(s.translations)}
+
+
 def run_meta(session, device: str) -> dict:
     """Seed, rows per set, the data (path and fingerprint), model identity (name and weight hashes), device,
     precision, batch size, versions."""
@@ -35,6 +47,7 @@ def run_meta(session, device: str) -> dict:
         "datasets": {name: len(rows) for name, rows in {**session.rows, **session.caption_rows}.items()},
         "data": str(s.data),
         "data_fingerprint": data_fingerprint({**session.rows, **session.caption_rows}),
+        "inputs": run_inputs(session),
         "families": list(s.families),
         "model": identity,
         "device": device,

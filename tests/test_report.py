@@ -386,3 +386,26 @@ def test_open_answer_rows_are_shown_by_their_text(tmp_path):
     summary = summarize(recs, n_boot=10, n_boot_ece=5)
     page = write_report(tmp_path, summary, recs)[0].read_text()
     assert "answer blue, label -1" in page and "(wrong)" in page and "(right)" in page
+
+
+def test_the_rows_are_read_again_with_the_captions_and_the_users_variants(tmp_path):
+    """Offline, ``reread_rows`` gives the rows the gate scored: the question rows under the meta's reading rules
+    and user files, and the caption rows the lgip families probed (a run's fingerprint covers both)."""
+    from laya_robustness.report import reread_rows
+
+    first = load_source_rows(ROOT / "laya_fixtures" / "rows", 5, 0)["exists_yesno"][0]
+    (tmp_path / "reph.jsonl").write_text(json.dumps({"row_id": first.row_id, "rephrasings": ["Is it there?"]}) + "\n")
+    meta = {"rows_per_set": 5, "seed": 0, "inputs": {"captions": str(ROOT / "laya_fixtures" / "captions"),
+                                                     "rephrasings": str(tmp_path / "reph.jsonl"), "max_image_side": 32}}
+    rows = reread_rows(ROOT / "laya_fixtures" / "rows", meta)
+    assert set(rows) == {*SET_NAMES, "shape_captions"} and len(rows["colour_choice"]) == 5
+    assert len(rows["shape_captions"]) == 400  # the caption file is read whole, as the gate reads it
+    again = {r.row_id: r for r in rows["exists_yesno"]}[first.row_id]
+    assert again.meta["rephrasings"] == ["Is it there?"] and again.images[0].size == (32, 32)
+
+
+def test_a_dual_encoders_invariance_is_judged_by_its_conditions_limits(run, limits):
+    stats = {"precision": "fp32", "max_abs_dp": 0.5, "max_abs_dlogit": 0.5, "flips": 0, "rows": 8, "bitwise": False}
+    (result, *rest) = [r for r in evaluate_summary(run["summary"], limits, {"dual:batched": stats})
+                       if r.family == "invariance"]
+    assert result.dataset == "dual:batched" and not result.passed

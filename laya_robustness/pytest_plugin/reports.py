@@ -74,9 +74,12 @@ def write_reports(session) -> list[Path]:
         meta = {**run_meta(session, device), "complete": complete}
         if not complete:
             meta["incomplete_reason"] = session.incomplete_reason
-        baseline = session.baseline_records if session.settings.baseline is not None else None
-        summary = summarize(ordered, meta=meta, seed=session.seed, ece_floor_sims=session.settings.ece_floor_sims,
-                            baseline=baseline)
+        if session.settings.baseline is None and not session.settings.ece_floor_sims:
+            summary = {**session.records_summary(device), "meta": meta}  # the snapshot's, when it ran
+        else:
+            baseline = session.baseline_records if session.settings.baseline is not None else None
+            summary = summarize(ordered, meta=meta, seed=session.seed,
+                                ece_floor_sims=session.settings.ece_floor_sims, baseline=baseline)
         session.summaries[device] = summary
         files[out / "predictions.jsonl.gz"] = predictions_bytes(ordered)
         files[out / "summary.json"] = _json(summary)

@@ -14,7 +14,14 @@ import pytest
 
 from laya_robustness import checks
 from laya_robustness.families import build_variants, declared, get_family
-from laya_robustness.invariance import BF16, BF16_BUDGET, CONDITION_NAMES, ConditionNotSupported, InvarianceRun
+from laya_robustness.invariance import (
+    BF16_BUDGET,
+    CONDITION_NAMES,
+    DUAL_PREFIX,
+    ConditionNotSupported,
+    InvarianceRun,
+    limits_section,
+)
 from laya_robustness.pytest_plugin.options import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL, read_settings, resolve
 from laya_robustness.records import ORIG, Record
 from laya_robustness.report.progress import scoring_progress
@@ -26,8 +33,6 @@ from laya_robustness.verdict import FAIL, XFAIL, XPASS, cell_verdict
 
 GPU_DEVICE = "cuda"
 INVARIANCE_CONDITIONS = (*CONDITION_NAMES, BF16_BUDGET)
-#: Invariance results of the dual encoder are reported under "dual:<condition>".
-DUAL_PREFIX = "dual:"
 #: The invariance conditions a dual encoder can take (one image per row; there is no prefix cache to vary).
 DUAL_CONDITIONS = ("repeat_batch", "repeat_predict", "batched", "batched_reversed", "bf16_weights",
                    "predict_vs_batch")
@@ -63,7 +68,7 @@ def identity_key(device: str, source: str) -> str:
     return device if source == "rows" else f"{device}/dual"
 
 
-def _with_paraphrases(rows_by_dataset: dict, path: Path) -> dict:
+def with_paraphrases(rows_by_dataset: dict, path: Path) -> dict:
     """Caption rows with the user's paraphrases of their row id in ``meta["paraphrases"]``."""
     import dataclasses
 
@@ -115,6 +120,7 @@ class RobustnessSession:
         self._journals: dict[str, object] = {}
         self._n_interval_checks: int | None = None
         self._baseline: list | None = None
+        self._summary_cache: dict[str, tuple] = {}  # device -> (records key, summary): see records_summary
         self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
         self.written: list = []
         self.incomplete_reason: str | None = None  # set when the run ends
@@ -203,7 +209,7 @@ class RobustnessSession:
                 try:
                     rows = load_captions(self.settings.captions)
                     if self.settings.paraphrases is not None:
-                        rows = _with_paraphrases(rows, self.settings.paraphrases)
+                        rows = with_paraphrases(rows, self.settings.paraphrases)
                 except (RowError, FileNotFoundError) as exc:
                     raise pytest.UsageError(f"--captions: {exc}") from exc
                 self._caption_rows = dict(sorted(rows.items()))
@@ -432,7 +438,7 @@ class RobustnessSession:
     def check_invariance(self, condition: str, device: str, source: str = "rows") -> None:
         """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
         stats = self.invariance(condition, device, source)
-        section = BF16_BUDGET if stats["precision"] == BF16 else condition
+        section = limits_section(condition, stats["precision"])
         limits = self.thresholds.invariance_limits(section)
         if not limits:
             pytest.skip(f"scored; the limits set none in [invariance.{section}]")
@@ -522,7 +528,16 @@ class RobustnessSession:
         whatever is missing), with orig on the caption sets the lgip families pair with."""
         for family, dataset in self.run_cells():
             self.family_records(family, dataset, device)
-        return summarize(list(self.records.get(device, {}).values()), seed=self.seed)
+        return self.records_summary(device)
+
+    def records_summary(self, device: str) -> dict:
+        """``summarize`` of every record of ``device`` held now (no meta, no floor, no baseline), computed
+        once per set of records: the snapshot and the reports share it."""
+        records = self.records.get(device, {})
+        key = (device, len(records), hash(tuple(sorted(records))))
+        if self._summary_cache.get(device, (None,))[0] != key:
+            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed))
+        return self._summary_cache[device][1]
 
     # -- xdist ----------------------------------------------------------------------------------
 

@@ -141,6 +141,31 @@ def resolve_limitations(text: str, model: str | None, data: str | Path | None) -
     return None
 
 
+def reread_rows(data: str | Path, meta: Mapping[str, Any]) -> dict:
+    """The rows a run scored, read again as its meta says (seed, rows per set, ``inputs``: reading rules,
+    captions, the user's paraphrases, rephrasings and translations), question and caption rows together."""
+    from laya_robustness.loaders import LoadSettings
+    from laya_robustness.run import load_source_rows
+
+    inputs = meta.get("inputs") or {}
+    rules = {k: inputs[k] for k in ("data_map", "max_image_pixels", "max_image_side", "allow_outside_data")
+             if k in inputs}
+    rows = load_source_rows(data, int(meta.get("rows_per_set", 0)), int(meta.get("seed", 0)), LoadSettings(**rules))
+    if inputs.get("rephrasings") or inputs.get("translations"):
+        from laya_robustness.families.rephrase import attach_user_variants
+
+        rows = attach_user_variants(rows, inputs.get("rephrasings"), inputs.get("translations"))
+    if inputs.get("captions"):
+        from laya_robustness.captions import load_captions
+        from laya_robustness.pytest_plugin.session import with_paraphrases
+
+        captions = load_captions(inputs["captions"])
+        if inputs.get("paraphrases"):
+            captions = with_paraphrases(captions, Path(inputs["paraphrases"]))
+        rows = {**rows, **dict(sorted(captions.items()))}
+    return rows
+
+
 def render_files(
     predictions: str | Path,
     out_dir: str | Path | None = None,
@@ -179,11 +204,9 @@ def render_files(
             baseline_results = evaluate_summary(base, load_limits(base, thresholds, overlay))
     source_rows = None
     if data is not None:
-        from laya_robustness.run import load_source_rows
-
         from laya_robustness.report.examples import check_source_rows
 
-        source_rows = load_source_rows(data, int(meta.get("rows_per_set", 0)), int(meta.get("seed", 0)))
+        source_rows = reread_rows(data, meta)
         check_source_rows(meta, source_rows)
     return write_report(out_dir if out_dir is not None else predictions.parent, summary, records,
                         results=results, known=known, invariance=invariance, source_rows=source_rows,

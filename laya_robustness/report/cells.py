@@ -123,7 +123,7 @@ def evaluate_summary(summary: Mapping[str, Any], thresholds, invariance: Mapping
     its detail saying so.
     """
     from laya_robustness.checks import Judgement
-    from laya_robustness.invariance import BF16, BF16_BUDGET
+    from laya_robustness.invariance import limits_section
 
     cells = []
     for block in summary_blocks(summary):
@@ -147,7 +147,7 @@ def evaluate_summary(summary: Mapping[str, Any], thresholds, invariance: Mapping
                 out.append(CheckResult(family, dataset, check, False, float("nan"), limit, None,
                                        str(exc).strip("'\"")))
     for condition, stats in sorted((invariance or {}).items()):
-        section = BF16_BUDGET if stats.get("precision") == BF16 else condition
+        section = limits_section(condition, stats.get("precision"))
         out += evaluate_invariance(condition, stats, thresholds.invariance_limits(section))
     return out
 
