@@ -97,7 +97,7 @@ def stability_report(paths: list[Path], *, names: list[str] | None = None, modal
     """Print the stability tables of each predictions file and, for two or more, the cross-model tables;
     with ``layerwise`` (model, data, families, scorer, device, max_groups, rows_per_set) the layerwise
     divergence of the first file. ``json_out`` gets every number as JSON. Returns 0."""
-    from laya_robustness.metrics.cross_model import check_same_rows, cross_model_analysis
+    from laya_robustness.metrics.cross_model import check_same_rows, cross_model_analysis, studied_records
     from laya_robustness.metrics.stability_analysis import stability_analysis
     from laya_robustness.predictions import read_predictions
     from laya_robustness.stability_tables import format_cross_model, format_layerwise, format_stability
@@ -108,7 +108,7 @@ def stability_report(paths: list[Path], *, names: list[str] | None = None, modal
     modality_of = parse_modalities(modalities)
     seed = seed if seed is not None else int(sibling_meta(paths[0]).get("seed", 0))
     records = {name: read_predictions(path) for name, path in zip(names, paths)}
-    check_same_rows(records)
+    check_same_rows(studied_records(records, modality_of))  # the sets the study covers: the same rows in each
     out: dict = {"models": {}}
     for name, recs in records.items():
         out["models"][name] = stability_analysis(recs, modality_of, n_bins=bins, binning=binning)

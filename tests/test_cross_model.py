@@ -126,6 +126,19 @@ def test_files_that_do_not_hold_the_same_rows_are_an_error_naming_what_differs()
         cross_model_analysis({"A": a}, MODALITY_OF)
 
 
+def test_sets_outside_the_study_need_not_be_in_every_file():
+    """A dataset without a variant of a family with a modality (a caption set, a set run only through
+    controls) takes no part: one model's run may hold it and another's not; the study's sets must match."""
+    a = synthetic_records("a", 30, datasets=("synth_yesno",))
+    b = synthetic_records("b", 30, datasets=("synth_yesno",))
+    captions = [dict(r, dataset="captions", row_id=f"captions/{r['row_id']}") for r in a if r["family"] == "orig"]
+    assert cross_model_analysis({"A": a + captions, "B": b}, MODALITY_OF) == cross_model_analysis({"A": a, "B": b},
+                                                                                                 MODALITY_OF)
+    shifted = [dict(r, dataset="extra", row_id=f"extra/{r['row_id']}") for r in a]
+    with pytest.raises(ValueError, match="B lacks"):
+        cross_model_analysis({"A": a + shifted, "B": b}, MODALITY_OF)
+
+
 # -- two synthetic models ----------------------------------------------------------------------------------------
 
 

@@ -63,6 +63,14 @@ def check_same_rows(named_records: Mapping[str, Sequence[Mapping[str, Any]]]) ->
         raise ValueError("the prediction files do not hold the same rows: " + "; ".join(problems))
 
 
+def studied_records(named_records: Mapping[str, Sequence[Any]], modality_of: Mapping[str, str | None]) -> dict:
+    """Each file's records of the datasets the study covers: those with a variant of a family that has a
+    modality in any file. The others (caption sets probed by a dual encoder, sets run only through
+    controls) take no part, so one model's run may hold them and another's not."""
+    studied = {r["dataset"] for recs in named_records.values() for r in recs if modality_of.get(r["family"])}
+    return {name: [r for r in recs if r["dataset"] in studied] for name, recs in named_records.items()}
+
+
 # -- Table 6: Matthews correlation of stability ------------------------------------------------------------------
 
 
@@ -246,6 +254,7 @@ def cross_model_analysis(named_records: Mapping[str, Sequence[Any]],
         raise ValueError(f"precision must lie in (0, 1] and test_share in (0, 1), got {precision}, {test_share}")
     modality_of = default_modalities() if modality_of is None else dict(modality_of)
     parsed = {name: parse_records(recs, f"{name} record") for name, recs in named_records.items()}
+    parsed = studied_records(parsed, modality_of)
     check_same_rows(parsed)
     per_model = {name: {s.key: s for s in samples(recs, modality_of)} for name, recs in parsed.items()}
     names = list(per_model)
