@@ -85,7 +85,8 @@ def interrupting(model, **kwargs):
 
 
 class CountingScorer(OracleScorer):
-    """Appends the number of rows of every batch to the file named by LAYA_COUNT_FILE; slow if LAYA_SLOW is set."""
+    """Appends the number of rows of every batch to the file named by LAYA_COUNT_FILE; slow if LAYA_SLOW (seconds
+    per call) or LAYA_SLOW_PER_ROW (seconds per row: a device-bound model) is set."""
 
     def score_batch(self, rows):
         import os
@@ -95,6 +96,8 @@ class CountingScorer(OracleScorer):
             fh.write(f"{len(rows)}\n")
         if os.environ.get("LAYA_SLOW"):
             time.sleep(float(os.environ["LAYA_SLOW"]))
+        if os.environ.get("LAYA_SLOW_PER_ROW"):
+            time.sleep(float(os.environ["LAYA_SLOW_PER_ROW"]) * len(rows))
         return super().score_batch(rows)
 
 
