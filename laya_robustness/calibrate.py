@@ -10,8 +10,11 @@ rate is the share of seeds whose run was red (pytest exit status 1).
 
 With ``--plant FAMILY``, every seed also runs the model with a planted regression in FAMILY
 (``laya_robustness.scoring.planted``: a share ``--plant-rate`` of its answers moved to the runner-up)
-against that seed's unchanged predictions as ``--baseline``; the regression is caught when the
-family's ``max_regression`` check fails. The power is the share of seeds where it was.
+against that seed's unchanged predictions as ``--baseline``. Two outcomes per seed: *caught*, the
+family's ``max_regression`` check fails (the loss is past the limit: the gate goes red); *detected*,
+the paired McNemar test on accuracy finds the loss real at the gate's per-check level (p < alpha / m,
+more rows right -> wrong than wrong -> right), whatever its size. A plant that costs less accuracy
+than ``max_regression`` is detected but, by the limit's own definition, not caught.
 """
 
 from __future__ import annotations
@@ -60,10 +63,9 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
         if plant:
             baseline = out / f"seed{seed}" / "predictions.jsonl.gz"
             env = {"LAYA_PLANTED_FAMILY": plant, "LAYA_PLANTED_RATE": str(plant_rate)}
-            _, planted = run_gate(seed, out / f"planted{seed}", out / "journal-planted",
-                                  [*extra, "--scorer", PLANTED_SCORER, "--baseline", str(baseline)], env)
-            caught.append(any(r["check"] == "max_regression" and r["family"] == plant and r["decision"] == "fail"
-                              for r in planted))
+            run_gate(seed, out / f"planted{seed}", out / "journal-planted",
+                     [*extra, "--scorer", PLANTED_SCORER, "--baseline", str(baseline)], env)
+            caught.append(planted_outcome(out / f"planted{seed}", plant))
     result = {
         "seeds": seeds,
         "false_alarm_rate": sum(red) / seeds,
@@ -71,9 +73,31 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
         "checks": {k: dict(v) for k, v in sorted(per_check.items())},
     }
     if plant:
-        result["planted"] = {"family": plant, "rate": plant_rate, "caught": sum(caught), "power": sum(caught) / seeds,
-                             "missed_seeds": [s for s, c in enumerate(caught) if not c]}
+        result["planted"] = {"family": plant, "rate": plant_rate, "caught": sum(c["caught"] for c in caught),
+                             "power": sum(c["caught"] for c in caught) / seeds,
+                             "missed_seeds": [s for s, c in enumerate(caught) if not c["caught"]],
+                             "detected": sum(c["detected"] for c in caught),
+                             "detection_power": sum(c["detected"] for c in caught) / seeds,
+                             "per_seed": caught}
     return result
+
+
+def planted_outcome(report_dir: Path, family: str) -> dict:
+    """One planted run against its baseline: the family's accuracy loss (baseline - now, pooled over its
+    sets) with its paired 95% interval, the McNemar counts and p, and whether the gate caught it
+    (``max_regression`` failed) and whether McNemar detected it (p < alpha / m with b > c)."""
+    report_dir = Path(report_dir)
+    summary = json.loads((report_dir / "summary.json").read_text(encoding="utf-8"))
+    checks = json.loads((report_dir / "checks.json").read_text(encoding="utf-8"))
+    cell = summary["baseline"][family]["all"]
+    mcnemar = cell["mcnemar_acc"]
+    alpha_each = checks["meta"]["alpha"] / max(1, checks["meta"]["interval_checks"])
+    low, high = cell["acc_diff_ci"]
+    return {"loss": -cell["acc_diff"], "loss_ci": [-high, -low], "b": mcnemar["b"], "c": mcnemar["c"],
+            "p": mcnemar["p"], "alpha_each": alpha_each,
+            "caught": any(r["check"] == "max_regression" and r["family"] == family and r["decision"] == "fail"
+                          for r in checks["results"]),
+            "detected": mcnemar["p"] < alpha_each and mcnemar["b"] > mcnemar["c"]}
 
 
 def format_calibration(result: dict) -> str:
@@ -89,4 +113,9 @@ def format_calibration(result: dict) -> str:
         p = result["planted"]
         lines.append(f"planted regression ({p['rate']:.0%} of {p['family']}'s answers moved): caught in {p['caught']} "
                      f"of {result['seeds']} seeds (power {p['power']:.2f}; missed: {p['missed_seeds']})")
+        if "detected" in p:
+            losses = sorted(c["loss"] for c in p.get("per_seed", ()))
+            median = f"; median loss {losses[len(losses) // 2]:.4f}" if losses else ""
+            lines.append(f"  the accuracy loss found real by McNemar (p < alpha / m): {p['detected']} of "
+                         f"{result['seeds']} seeds (power {p['detection_power']:.2f}{median})")
     return "\n".join(lines)

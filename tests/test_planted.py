@@ -34,3 +34,29 @@ def test_the_calibration_table_names_what_varied():
     text = format_calibration(result)
     assert "image_shuffle/b min_gap" in text and "text/a max_flip" not in text
     assert "1 of 10 seeds" in text and "caught in 9 of 10 seeds (power 0.90; missed: [4])" in text
+
+
+def test_a_planted_run_is_caught_when_past_the_limit_and_detected_when_mcnemar_finds_it(tmp_path):
+    import json
+
+    from laya_robustness.calibrate import planted_outcome
+
+    summary = {"baseline": {"text": {"all": {"acc_diff": -0.0118, "acc_diff_ci": [-0.0167, -0.0067],
+                                             "mcnemar_acc": {"b": 259, "c": 163, "n_pairs": 8640, "p": 3e-06}}}}}
+    checks = {"meta": {"alpha": 0.05, "interval_checks": 150},
+              "results": [{"family": "text", "dataset": "all", "check": "max_regression", "decision": "undecided"}]}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "checks.json").write_text(json.dumps(checks))
+    out = planted_outcome(tmp_path, "text")
+    assert (out["caught"], out["detected"]) == (False, True)
+    assert out["loss"] == 0.0118 and out["loss_ci"] == [0.0067, 0.0167] and out["alpha_each"] == 0.05 / 150
+    checks["results"][0]["decision"] = "fail"
+    summary["baseline"]["text"]["all"]["mcnemar_acc"].update(b=100, c=120, p=0.2)
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "checks.json").write_text(json.dumps(checks))
+    assert planted_outcome(tmp_path, "text")["caught"] and not planted_outcome(tmp_path, "text")["detected"]
+    result = {"seeds": 2, "false_alarm_rate": 0.0, "red_seeds": [], "checks": {},
+              "planted": {"family": "text", "rate": 0.05, "caught": 0, "power": 0.0, "missed_seeds": [0, 1],
+                          "detected": 2, "detection_power": 1.0, "per_seed": [out, out]}}
+    assert "found real by McNemar (p < alpha / m): 2 of 2 seeds (power 1.00; median loss 0.0118)" in \
+        format_calibration(result)
