@@ -293,6 +293,40 @@ def test_a_dual_encoder_model_is_probed_not_asked(gate, tmp_path, kind):
     summary = json.loads((gate.path / "reports" / "summary.json").read_text())
     assert set(summary["lgip"]) == {"lgip_paraphrase", "lgip_flip", "lgip_combined"}
     assert summary["meta"]["model"]["dual"]["kind"] == kind
+    # against its own predictions: every lgip family is compared, and nothing regressed
+    shutil.copy(gate.path / "reports" / "predictions.jsonl.gz", tmp_path / "baseline.jsonl.gz")
+    again = run(gate, "--scorer", "hf", "--model", str(model), "--captions", str(ROOT / "laya_fixtures" / "captions"),
+                "--thresholds", "thresholds.toml", "--baseline", str(tmp_path / "baseline.jsonl.gz"),
+                "-k", "test_no_regression and lgip and not gpu", "-rs", subprocess=True)
+    again.assert_outcomes(skipped=3)  # compared, and skipped for what they are: captions have no accuracy
+    again.stdout.fnmatch_lines(["SKIPPED*no lgip_* row has a right answer (a caption has none)*"])
+    assert {f: c["all"]["acc_diff"] for f, c in json.loads((gate.path / "reports" / "summary.json").read_text())
+            ["baseline"].items()} == {"orig": None, "lgip_paraphrase": None, "lgip_flip": None, "lgip_combined": None}
+
+
+def test_baseline_against_its_own_predictions_passes_and_a_better_baseline_fails(gate, tmp_path):
+    """--baseline: the same run again loses nothing (0 changed answers); against a baseline that answered every
+    option_order row right, the family's paired loss is past max_regression and the test fails with McNemar."""
+    import gzip
+
+    first = run(gate, "--families", "option_order", "-k", "(test_orig or test_option_order) and not gpu")
+    assert first.ret == 0, first.stdout.str()
+    own = tmp_path / "own.jsonl.gz"
+    shutil.copy(gate.path / "reports" / "predictions.jsonl.gz", own)
+    (gate.path / "limits.toml").write_text(PASSING_LIMITS + "[gate]\nmax_regression = 0.02\n")
+    same = run(gate, "--families", "option_order", "--baseline", str(own), "-k", "test_no_regression and not gpu", "-v")
+    same.stdout.fnmatch_lines(["*test_no_regression*cpu-orig*PASSED*", "*test_no_regression*cpu-option_order*PASSED*"])
+    baseline = json.loads((gate.path / "reports" / "summary.json").read_text())["baseline"]["option_order"]["all"]
+    assert baseline["acc_diff"] == 0 and baseline["mcnemar_acc"]["b"] == baseline["mcnemar_acc"]["c"] == 0
+    with gzip.open(own, "rt") as fh:
+        records = [json.loads(line) for line in fh]
+    better = tmp_path / "better.jsonl.gz"
+    with gzip.open(better, "wt") as fh:
+        for r in records:
+            fh.write(json.dumps({**r, "argmax": r["label"]} if r["family"] == "option_order" else r) + "\n")
+    worse = run(gate, "--families", "option_order", "--baseline", str(better), "-k", "test_no_regression and not gpu")
+    assert worse.ret == pytest.ExitCode.TESTS_FAILED
+    worse.stdout.fnmatch_lines(["*option_order/all: max_regression FAILED*", "*McNemar on accuracy:*"])
 
 
 def test_the_gate_runs_on_a_parquet_file_with_an_image_column(gate):

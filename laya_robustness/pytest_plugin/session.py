@@ -500,11 +500,14 @@ class RobustnessSession:
         if reason:
             pytest.skip(reason)
         datasets = [d for f, d in self.run_cells() if f == family]
-        records = [r for d in datasets for r in self.family_records(family, d, device) if r.family == family]
+        # the family's records with the orig rows they pair with (a block cell such as lgip's needs them)
+        records = list({r.row_id: r for d in datasets for r in self.family_records(family, d, device)}.values())
         summary = summarize(records, seed=self.seed, baseline=self.baseline_records)
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
-        if not cell or not cell["n_groups"]:
+        if not cell:
             pytest.skip(f"the baseline has none of this run's {family} rows")
+        if not cell["n_groups"]:
+            pytest.skip(f"no {family} row has a right answer (a caption has none): its accuracy cannot regress")
         if limit is None:
             pytest.skip("the limits set no [gate] max_regression")
         judge = checks.Judgement(lambda check: self.thresholds.gate.judge,
