@@ -62,7 +62,7 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
             per_check[key][outcome] += 1
         if plant:
             baseline = out / f"seed{seed}" / "predictions.jsonl.gz"
-            env = {"LAYA_PLANTED_FAMILY": plant, "LAYA_PLANTED_RATE": str(plant_rate)}
+            env = {"LAYA_PLANTED_FAMILY": plant, "LAYA_PLANTED_RATE": str(plant_rate), "LAYA_PLANTED_SEED": str(seed)}
             run_gate(seed, out / f"planted{seed}", out / "journal-planted",
                      [*extra, "--scorer", PLANTED_SCORER, "--baseline", str(baseline)], env)
             caught.append(planted_outcome(out / f"planted{seed}", plant))

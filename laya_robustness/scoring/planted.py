@@ -5,8 +5,9 @@ It wraps the Hugging Face scorer. For a row of the planted family, ``keyed_rng(s
 row_id)`` draws u ~ U(0, 1); when u < rate the row's two largest logits are swapped, so its answer
 moves to the runner-up option (a yes/no row answers the other way). Every other row is scored as
 the model scores it. A plug-in factory: ``--scorer laya_robustness.scoring.planted:factory`` with
-``LAYA_PLANTED_FAMILY`` (default ``text``) and ``LAYA_PLANTED_RATE`` (default ``0.05``) in the
-environment.
+``LAYA_PLANTED_FAMILY`` (default ``text``), ``LAYA_PLANTED_RATE`` (default ``0.05``) and
+``LAYA_PLANTED_SEED`` (default ``0``; the calibration passes each run's ``--seed``, so every seed
+plants the regression in other rows) in the environment.
 """
 
 from __future__ import annotations
@@ -52,4 +53,5 @@ def factory(model: str, **kwargs) -> PlantedRegression:
 
     family = os.environ.get("LAYA_PLANTED_FAMILY", "text")
     rate = float(os.environ.get("LAYA_PLANTED_RATE", "0.05"))
-    return PlantedRegression(load_scorer("hf", model, **kwargs), family, rate)
+    seed = int(os.environ.get("LAYA_PLANTED_SEED", "0"))
+    return PlantedRegression(load_scorer("hf", model, **kwargs), family, rate, seed)
