@@ -34,8 +34,19 @@ def _digest(value: Any) -> str:
 
 
 def config_fingerprint(identity: Mapping[str, Any], settings: Mapping[str, Any]) -> str:
-    """What every record of a run depends on besides its row: the model's weights and the scoring settings."""
-    return _digest({"weights": identity.get("weights_sha256") or identity.get("model"), **settings})
+    """What every record of a run depends on besides its row: the scorer's identity (the weights' hashes, its
+    prompt format and template, a plug-in's own fields such as a planted regression) and the scoring
+    settings. The model's name or path is left out when the weights are hashed, so the same weights
+    moved elsewhere keep their records.
+
+    >>> a = {"model": "/a/ckpt", "weights_sha256": {"model.safetensors": "1f"}, "chat_template_sha256": "9c"}
+    >>> config_fingerprint(a, {}) == config_fingerprint({**a, "model": "/b/ckpt"}, {})
+    True
+    >>> config_fingerprint(a, {}) == config_fingerprint({**a, "planted": {"rate": 0.05, "seed": 1}}, {})
+    False
+    """
+    kept = {k: v for k, v in identity.items() if k != "model"} if identity.get("weights_sha256") else dict(identity)
+    return _digest({"identity": kept, **settings})
 
 
 def row_key(config: str, row) -> str:
