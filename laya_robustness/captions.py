@@ -362,18 +362,11 @@ def load_caption_jsonl(path: str | Path, images_dir: str | Path | None = None, d
     path = Path(path)
     dataset = dataset or path.stem
     base = Path(images_dir) if images_dir is not None else path.parent
+    from laya_robustness.loaders.jsonl import json_objects
+
     cache, rows = _ImageCache(), []
-    with path.open(encoding="utf-8") as fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RowError(path, line, "<json>", str(exc)) from exc
-            if not isinstance(record, dict):
-                raise RowError(path, line, "<json>", "expected an object")
-            rows += _jsonl_rows(record, path, line, base, dataset, cache)
+    for line, record in json_objects(path):
+        rows += _jsonl_rows(record, path, line, base, dataset, cache)
     _check_unique(rows, path)
     return rows
 

@@ -60,7 +60,6 @@ paraphrase of the true caption.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,30 +331,23 @@ def load_paraphrases(path: str | Path) -> dict[str, tuple[str, ...]]:
 
     Raises ``RowError`` naming the file, line and field (a row id given twice is an error).
     """
+    from laya_robustness.loaders.jsonl import json_objects
+
     path = Path(path)
     out: dict[str, tuple[str, ...]] = {}
-    with path.open(encoding="utf-8") as fh:
-        for line, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RowError(path, line, "<json>", str(exc)) from exc
-            if not isinstance(record, dict):
-                raise RowError(path, line, "<json>", "expected an object")
-            row_id = record.get("row_id")
-            if not isinstance(row_id, str) or not row_id:
-                raise RowError(path, line, "row_id", f"expected a non-empty string, got {row_id!r}")
-            if row_id in out:
-                raise RowError(path, line, "row_id", f"{row_id!r} appears twice")
-            values = record.get("paraphrases")
-            if not isinstance(values, list) or not values:
-                raise RowError(path, line, "paraphrases", "expected a non-empty list of strings")
-            for k, value in enumerate(values):
-                if not isinstance(value, str) or not value.strip():
-                    raise RowError(path, line, f"paraphrases[{k}]", f"expected a non-empty string, got {value!r}")
-            out[row_id] = tuple(v.strip() for v in values)
+    for line, record in json_objects(path):
+        row_id = record.get("row_id")
+        if not isinstance(row_id, str) or not row_id:
+            raise RowError(path, line, "row_id", f"expected a non-empty string, got {row_id!r}")
+        if row_id in out:
+            raise RowError(path, line, "row_id", f"{row_id!r} appears twice")
+        values = record.get("paraphrases")
+        if not isinstance(values, list) or not values:
+            raise RowError(path, line, "paraphrases", "expected a non-empty list of strings")
+        for k, value in enumerate(values):
+            if not isinstance(value, str) or not value.strip():
+                raise RowError(path, line, f"paraphrases[{k}]", f"expected a non-empty string, got {value!r}")
+        out[row_id] = tuple(v.strip() for v in values)
     return out
 
 

@@ -155,3 +155,20 @@ def test_missing_image_file(tmp_path):
     path = _manifest(tmp_path, [_record(images=["nope.png"])])
     assert str(_error(path)) == (f"{path}:1: field 'images[0]': cannot read image {tmp_path}/nope.png: No such file "
                                  f"or directory")
+
+
+@pytest.mark.parametrize("reader", ["paraphrases", "rephrasings", "translations"])
+def test_the_users_jsonl_files_are_read_like_manifests(tmp_path, reader):
+    """Paraphrase, rephrasing and translation files go through the manifests' reader: a non-UTF-8 byte and a
+    key given twice are row errors naming the file, line and field, as in a manifest."""
+    from laya_robustness.families.rephrase import read_user_file
+    from laya_robustness.lgip import load_paraphrases
+
+    read = load_paraphrases if reader == "paraphrases" else (lambda p: read_user_file(p, reader))
+    path = tmp_path / "user.jsonl"
+    path.write_bytes(b'{"row_id": "a", "row_id": "b"}\n')
+    with pytest.raises(RowError, match=r"user\.jsonl:1: field 'row_id': given twice in one object"):
+        read(path)
+    path.write_bytes(b'\n{"row_id": "caf\xe9"}\n')
+    with pytest.raises(RowError, match=r"user\.jsonl:2: field 'row_id': not UTF-8: byte 0xe9"):
+        read(path)

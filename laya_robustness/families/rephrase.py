@@ -43,7 +43,6 @@ out); a bad line raises RowError naming the file, line and field.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -195,34 +194,27 @@ def _check_translations(value: Any, path, line: int) -> dict[str, str]:
 def read_user_file(path: str | Path, key: str) -> dict[tuple[str | None, str], Any]:
     """(dataset or None, row_id) -> the line's ``key`` value, from a JSONL file of rephrasings or translations."""
     check = {USER_KEY: _check_rephrasings, TRANSLATIONS_KEY: _check_translations}[key]
+    from laya_robustness.loaders.jsonl import json_objects
+
     path = Path(path)
     out: dict[tuple[str | None, str], Any] = {}
     first_line: dict[tuple[str | None, str], int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for line_no, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RowError(path, line_no, "<json>", str(exc)) from exc
-            if not isinstance(record, dict):
-                raise RowError(path, line_no, "<json>", "expected an object")
-            unknown = sorted(set(record) - {"row_id", "dataset", key})
-            if unknown:
-                raise RowError(path, line_no, unknown[0], f"unknown field (expected row_id, dataset, {key})")
-            row_id, dataset = record.get("row_id"), record.get("dataset")
-            if not isinstance(row_id, str) or not row_id:
-                raise RowError(path, line_no, "row_id", f"expected a non-empty string, got {row_id!r}")
-            if dataset is not None and (not isinstance(dataset, str) or not dataset):
-                raise RowError(path, line_no, "dataset", f"expected a non-empty string, got {dataset!r}")
-            if key not in record:
-                raise RowError(path, line_no, key, "missing")
-            where = (dataset, row_id)
-            if where in first_line:
-                raise RowError(path, line_no, "row_id", f"{row_id!r} was already given on line {first_line[where]}")
-            first_line[where] = line_no
-            out[where] = check(record[key], path, line_no)
+    for line_no, record in json_objects(path):
+        unknown = sorted(set(record) - {"row_id", "dataset", key})
+        if unknown:
+            raise RowError(path, line_no, unknown[0], f"unknown field (expected row_id, dataset, {key})")
+        row_id, dataset = record.get("row_id"), record.get("dataset")
+        if not isinstance(row_id, str) or not row_id:
+            raise RowError(path, line_no, "row_id", f"expected a non-empty string, got {row_id!r}")
+        if dataset is not None and (not isinstance(dataset, str) or not dataset):
+            raise RowError(path, line_no, "dataset", f"expected a non-empty string, got {dataset!r}")
+        if key not in record:
+            raise RowError(path, line_no, key, "missing")
+        where = (dataset, row_id)
+        if where in first_line:
+            raise RowError(path, line_no, "row_id", f"{row_id!r} was already given on line {first_line[where]}")
+        first_line[where] = line_no
+        out[where] = check(record[key], path, line_no)
     return out
 
 

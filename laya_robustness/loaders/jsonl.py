@@ -73,8 +73,11 @@ def _parse(raw: bytes, where: Where) -> Any:
         raise where.error("<json>", "nested too deeply") from None
 
 
-def read_jsonl(path: Path, data_root: Path, settings: LoadSettings) -> Iterator[SourceRow]:
-    """The rows of one manifest, in file order; blank lines are skipped."""
+def json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSONL file, in order: a leading BOM is skipped,
+    each line is checked as UTF-8, and a line that is not one JSON object (or gives a key twice) is a
+    RowError naming the file, line and field. Every JSONL reader of the project reads through it."""
+    path = Path(path)
     with path.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
             if line_no == 1 and raw.startswith(BOM):
@@ -85,4 +88,10 @@ def read_jsonl(path: Path, data_root: Path, settings: LoadSettings) -> Iterator[
             record = _parse(raw, where)
             if not isinstance(record, dict):
                 raise where.error("<json>", f"expected an object, got {type(record).__name__}")
-            yield manifest_row(record, path.parent, data_root, path, line_no, settings)
+            yield line_no, record
+
+
+def read_jsonl(path: Path, data_root: Path, settings: LoadSettings) -> Iterator[SourceRow]:
+    """The rows of one manifest, in file order; blank lines are skipped."""
+    for line_no, record in json_objects(path):
+        yield manifest_row(record, path.parent, data_root, path, line_no, settings)
