@@ -32,19 +32,24 @@ min_gap = 0.05
 """
 
 
-@pytest.fixture
-def gate(pytester, monkeypatch):
-    """A project with the gate's test modules, two small datasets and a limits file."""
+def make_gate(pytester, monkeypatch, limits: str):
+    """A project with the gate's test modules, two small datasets, the fake scorer and ``limits`` as limits.toml."""
     shutil.copytree(ROOT / "robustness_tests", pytester.path / "robustness_tests",
                     ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
     for name in ("colour_choice", "exists_yesno"):
         write_manifest(generate_rows(name, 24, seed=5), pytester.path / "rows")
     pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n"
                      "laya_scorer = fakes:oracle\nlaya_data = rows\nlaya_model = fake-model\n")
-    (pytester.path / "limits.toml").write_text(PASSING_LIMITS)
+    (pytester.path / "limits.toml").write_text(limits)
     monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.setenv("PYTHONPATH", str(TESTS))
     return pytester
+
+
+@pytest.fixture
+def gate(pytester, monkeypatch):
+    """A project with the gate's test modules, two small datasets and limits that the fake model passes."""
+    return make_gate(pytester, monkeypatch, PASSING_LIMITS)
 
 
 def run(pytester, *args, subprocess=False):

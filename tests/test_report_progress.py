@@ -1,18 +1,14 @@
 """Scoring progress (a line in a log, a bar on a terminal, quiet modes) and the gate's terminal summary and reports."""
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
 
-from laya_robustness.fixture_rows import generate_rows, write_manifest
 from laya_robustness.pytest_plugin.terminal import WIDTH, table_lines
 from laya_robustness.report.progress import LineProgress, Quiet, scoring_progress
+from test_plugin import make_gate
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
 pytest_plugins = ["pytester"]
 
 
@@ -99,16 +95,7 @@ min_acc = 0.2
 
 @pytest.fixture
 def gate(pytester, monkeypatch):
-    shutil.copytree(ROOT / "robustness_tests", pytester.path / "robustness_tests",
-                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
-    for name in ("colour_choice", "exists_yesno"):
-        write_manifest(generate_rows(name, 24, seed=5), pytester.path / "rows")
-    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n"
-                     "laya_scorer = fakes:oracle\nlaya_data = rows\nlaya_model = fake-model\n")
-    (pytester.path / "limits.toml").write_text(LIMITS)
-    monkeypatch.syspath_prepend(str(TESTS))
-    monkeypatch.setenv("PYTHONPATH", str(TESTS))
-    return pytester
+    return make_gate(pytester, monkeypatch, LIMITS)
 
 
 def _run(pytester, *args):

@@ -501,7 +501,7 @@ class RobustnessSession:
             pytest.skip(reason)
         datasets = [d for f, d in self.run_cells() if f == family]
         # the family's records with the orig rows they pair with (a block cell such as lgip's needs them)
-        records = list({r.row_id: r for d in datasets for r in self.family_records(family, d, device)}.values())
+        records = [r for d in datasets for r in self.family_records(family, d, device)]
         summary = summarize(records, seed=self.seed, baseline=self.baseline_records)
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
         if not cell:
