@@ -10,11 +10,12 @@ rate is the share of seeds whose run was red (pytest exit status 1).
 
 With ``--plant FAMILY``, every seed also runs the model with a planted regression in FAMILY
 (``laya_robustness.scoring.planted``: a share ``--plant-rate`` of its answers moved to the runner-up)
-against that seed's unchanged predictions as ``--baseline``. Two outcomes per seed: *caught*, the
-family's ``max_regression`` check fails (the loss is past the limit: the gate goes red); *detected*,
-the paired McNemar test on accuracy finds the loss real at the gate's per-check level (p < alpha / m,
-more rows right -> wrong than wrong -> right), whatever its size. A plant that costs less accuracy
-than ``max_regression`` is detected but, by the limit's own definition, not caught.
+against that seed's unchanged predictions as ``--baseline``. Two outcomes per seed: *caught*, one of
+the family's regression checks fails (``max_regression`` on accuracy, or ``max_flip_regression`` on the
+flip rate of a meaning-preserving family: the gate goes red); *detected*, the paired McNemar test on
+accuracy finds the loss real at the gate's per-check level (p < alpha / m, more rows right -> wrong
+than wrong -> right), whatever its size. With a tolerance above 0, a plant that costs less than it is
+detected but, by the limit's own definition, not caught.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Sequence
 #: The gate's family and baseline tests only: the benchmarks, invariance and snapshot do not depend on the seed.
 SELECTION = "not gpu and not benchmark and not invariance and not snapshot"
 PLANTED_SCORER = "laya_robustness.scoring.planted:factory"
+#: The checks against a --baseline whose failure means the gate caught a regression.
+REGRESSION_CHECKS = ("max_regression", "max_flip_regression")
 
 
 def run_gate(seed: int, report_dir: Path, journal: Path, extra: Sequence[str] = (), env: dict | None = None,
@@ -84,8 +87,9 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
 
 def planted_outcome(report_dir: Path, family: str) -> dict:
     """One planted run against its baseline: the family's accuracy loss (baseline - now, pooled over its
-    sets) with its paired 95% interval, the McNemar counts and p, and whether the gate caught it
-    (``max_regression`` failed) and whether McNemar detected it (p < alpha / m with b > c)."""
+    sets) with its paired 95% interval, its flip-rate rise with its interval (a meaning-preserving family),
+    the McNemar counts and p, and whether the gate caught it (a regression check of the family failed)
+    and whether McNemar detected it (p < alpha / m with b > c)."""
     report_dir = Path(report_dir)
     summary = json.loads((report_dir / "summary.json").read_text(encoding="utf-8"))
     checks = json.loads((report_dir / "checks.json").read_text(encoding="utf-8"))
@@ -93,9 +97,12 @@ def planted_outcome(report_dir: Path, family: str) -> dict:
     mcnemar = cell["mcnemar_acc"]
     alpha_each = checks["meta"]["alpha"] / max(1, checks["meta"]["interval_checks"])
     low, high = cell["acc_diff_ci"]
-    return {"loss": -cell["acc_diff"], "loss_ci": [-high, -low], "b": mcnemar["b"], "c": mcnemar["c"],
+    return {"loss": -cell["acc_diff"], "loss_ci": [-high, -low], "flip_rise": cell.get("flip_diff"),
+            "flip_rise_ci": cell.get("flip_diff_ci"), "b": mcnemar["b"], "c": mcnemar["c"],
             "p": mcnemar["p"], "alpha_each": alpha_each,
-            "caught": any(r["check"] == "max_regression" and r["family"] == family and r["decision"] == "fail"
+            "failed_checks": sorted(r["check"] for r in checks["results"] if r["family"] == family
+                                    and r["check"] in REGRESSION_CHECKS and r["decision"] == "fail"),
+            "caught": any(r["check"] in REGRESSION_CHECKS and r["family"] == family and r["decision"] == "fail"
                           for r in checks["results"]),
             "detected": mcnemar["p"] < alpha_each and mcnemar["b"] > mcnemar["c"]}
 
@@ -116,6 +123,8 @@ def format_calibration(result: dict) -> str:
         if "detected" in p:
             losses = sorted(c["loss"] for c in p.get("per_seed", ()))
             median = f"; median loss {losses[len(losses) // 2]:.4f}" if losses else ""
+            rises = sorted(c["flip_rise"] for c in p.get("per_seed", ()) if c.get("flip_rise") is not None)
+            median += f", median flip-rate rise {rises[len(rises) // 2]:.4f}" if rises else ""
             lines.append(f"  the accuracy loss found real by McNemar (p < alpha / m): {p['detected']} of "
                          f"{result['seeds']} seeds (power {p['detection_power']:.2f}{median})")
     return "\n".join(lines)

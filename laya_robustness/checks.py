@@ -185,6 +185,17 @@ def _max_regression(family, dataset, cell, limit):
     return CheckResult(family, dataset, "max_regression", passed, value, limit, (lo, hi), detail)
 
 
+def _max_flip_regression(family, dataset, cell, limit):
+    """Against a baseline: fails when the paired flip-rate change's whole interval lies above +limit."""
+    where = _where(family, dataset)
+    value = _metric(cell, "flip_diff", "max_flip_regression", where)
+    lo, hi = _interval(cell, "flip_diff_ci", "max_flip_regression", where, True)
+    passed = lo <= limit
+    detail = (f"flip-rate change vs the baseline {value:+.6g}, 95% interval [{_fmt(lo)}, {_fmt(hi)}]; its lower "
+              f"end {'is not' if passed else 'is'} above max_flip_regression = {_fmt(limit)}")
+    return CheckResult(family, dataset, "max_flip_regression", passed, value, limit, (lo, hi), detail)
+
+
 def _min_gap(family, dataset, cell, limit):
     """A control: gap = -delta >= limit, and the gap's interval [-delta_ci[1], -delta_ci[0]] excludes 0."""
     where = _where(family, dataset)
@@ -218,6 +229,7 @@ _EVALUATORS: dict[str, Callable[[str, str, Mapping[str, Any], float], CheckResul
     "max_e_inv": _max_e_inv,
     "min_pr": _min_pr,
     "max_regression": _max_regression,
+    "max_flip_regression": _max_flip_regression,
 }
 assert tuple(_EVALUATORS) == CHECKS
 
@@ -273,6 +285,7 @@ _INTERVAL_RULES = {
     "max_e_inv": ("e_inv", "e_inv_se", True),
     "min_pr": ("pr_min", "pr_min_se", False),
     "max_regression": ("acc_diff", "acc_diff_se", False),
+    "max_flip_regression": ("flip_diff", "flip_diff_se", True),
 }
 #: The change a set must be able to tell from none, and the power to tell it with (rows_needed).
 EFFECT, POWER = 0.05, 0.8
@@ -390,6 +403,7 @@ _MESSAGES = {
     "max_e_inv": ("invariance error E_inv", "E_inv <= {limit}"),
     "min_pr": ("the worst attribute's positive rate", "PR of every attribute >= {limit}"),
     "max_regression": ("accuracy change vs the baseline", "upper end of its interval >= -{limit}"),
+    "max_flip_regression": ("flip-rate change vs the baseline", "lower end of its interval <= {limit}"),
     "bitwise": ("bitwise identical logits (1 = yes, 0 = no)", "logits bitwise identical"),
     "max_abs_dp": ("max |delta p|", "max |delta p| < {limit}"),
     "max_abs_dlogit": ("max |delta logit|", "max |delta logit| < {limit}"),
@@ -589,6 +603,7 @@ _WORST = {
     "max_e_inv": _worst_lgip,
     "min_pr": _worst_lgip,
     "max_regression": _worst_drop,
+    "max_flip_regression": _worst_flip,
 }
 assert tuple(_WORST) == CHECKS
 

@@ -30,17 +30,18 @@ TOP_LEVEL_KEYS = ("version", "gate", "families", "invariance", "known_limitation
 #: beyond sampling noise, at the gate's family-wise error rate) or on its point estimate.
 JUDGES = ("interval", "point")
 CORRECTIONS = ("bonferroni", "none")
-GATE_KEYS = ("alpha", "judge", "correction", "max_regression")
+GATE_KEYS = ("alpha", "judge", "correction", "max_regression", "max_flip_regression")
 #: Checks judged on their point estimate unless a limit says otherwise: ECE's bootstrap is biased upward.
 POINT_BY_DEFAULT = ("max_ece",)
 #: What an overlay may hold: per-dataset overrides (under families.<f>.datasets) and known limitations.
 OVERLAY_KEYS = ("version", "families", "known_limitations")
 #: The check keys of a family (or dataset override) table, in the order they are evaluated.
 CHECKS = ("max_flip", "max_drop", "min_gap", "min_acc", "max_ece", "max_asr", "min_acc_over_chance", "max_av", "max_v",
-          "max_e_inv", "min_pr", "max_regression")
+          "max_e_inv", "min_pr", "max_regression", "max_flip_regression")
 #: Checks whose limit is a rate in [0, 1]; min_gap, min_acc_over_chance and max_e_inv are differences in [-1, 1]
 #: (max_e_inv a difference of cosine similarities).
-RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr", "max_av", "max_v", "min_pr", "max_regression")
+RATE_CHECKS = ("max_flip", "max_drop", "min_acc", "max_ece", "max_asr", "max_av", "max_v", "min_pr", "max_regression",
+               "max_flip_regression")
 INVARIANCE_KEYS = ("bitwise", "max_abs_dp", "max_abs_dlogit", "max_flips")
 DATASETS_KEY = "datasets"
 LIMITATION_FIELDS = ("family", "dataset", "check", "reason")
@@ -257,12 +258,14 @@ class Gate:
     """How the limits are judged: ``alpha`` is the family-wise false-alarm rate of the whole gate,
     split over the m interval-judged checks of a run by ``correction`` (Bonferroni: alpha / m each);
     ``judge`` the default of every limit; ``max_regression`` the largest accuracy loss of a family
-    against a ``--baseline`` (None: no such check)."""
+    against a ``--baseline`` and ``max_flip_regression`` the largest flip-rate rise of a meaning-preserving
+    family against it (None: no such check; 0: no loss that is real at the gate's error rate)."""
 
     alpha: float = 0.05
     judge: str = "interval"
     correction: str = "bonferroni"
-    max_regression: float | None = 0.02
+    max_regression: float | None = 0.0
+    max_flip_regression: float | None = 0.0
 
     def alpha_each(self, m: int) -> float:
         """The one-sided error rate of each of ``m`` interval-judged checks."""
@@ -286,8 +289,9 @@ def _gate(path: Path, value: Any) -> Gate:
                 raise ThresholdsError(path, f"gate.{key}", f"expected one of {', '.join(choices)}, "
                                       f"got {_type_name(table[key])}")
             out = replace(out, **{key: table[key]})
-    if "max_regression" in table:
-        out = replace(out, max_regression=_number(path, "gate.max_regression", table["max_regression"], 0.0, 1.0))
+    for key in ("max_regression", "max_flip_regression"):
+        if key in table:
+            out = replace(out, **{key: _number(path, f"gate.{key}", table[key], 0.0, 1.0)})
     return out
 
 

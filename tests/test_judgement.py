@@ -126,3 +126,37 @@ def test_baseline_paired_difference_and_mcnemar_by_hand():
     assert block["text"]["all"]["acc_diff"] == -0.5 and block["orig"]["d"]["acc_diff"] == 0.0
     same = baseline_block(before, before, n_boot=200)["text"]["all"]
     assert same["acc_diff"] == 0.0 and same["acc_diff_se"] == 0.0 and same["mcnemar_acc"]["p"] == 1.0
+
+
+def test_flip_regression_by_hand_and_only_where_the_answer_should_not_change():
+    """flip_diff = mean over groups of (flip now - flip before); a family of another kind has none."""
+    before = ([_rec(f"g{i}", "orig", 1) for i in range(4)]
+              + [_rec("g0", "text", 1), _rec("g1", "text", 0), _rec("g2", "text", 1), _rec("g3", "text", 1)]
+              + [_rec(f"g{i}", "image_shuffle", 1) for i in range(4)])
+    # g0 flips now and not before; g1 flipped before and not now; g2 flips now (its orig answer moved); g3 never
+    now = ([_rec("g0", "orig", 1), _rec("g1", "orig", 1), _rec("g2", "orig", 0), _rec("g3", "orig", 1)]
+           + [_rec("g0", "text", 0), _rec("g1", "text", 1), _rec("g2", "text", 1), _rec("g3", "text", 1)]
+           + [_rec(f"g{i}", "image_shuffle", 0) for i in range(4)])
+    block = baseline_block(now, before, n_boot=200)
+    cell = block["text"]["all"]
+    # per group, flip now - flip before: g0 1 - 0, g1 0 - 1, g2 1 - 0, g3 0 - 0 -> (1 - 1 + 1 + 0) / 4
+    assert cell["flip_diff"] == 0.25 and cell["n_flip_groups"] == 4
+    assert cell["mcnemar_flip"] == {"n_pairs": 4, "b": 1, "c": 2, "p": 1.0}
+    assert cell["flip_diff_ci"][0] <= 0.25 <= cell["flip_diff_ci"][1] and cell["flip_diff_se"] > 0
+    assert "flip_diff" not in block["image_shuffle"]["all"]  # a control: its answers should move
+    (result,) = evaluate_cell("text", "all", cell, {"max_flip_regression": 0.0})
+    assert result.value == 0.25 and result.passed == (cell["flip_diff_ci"][0] <= 0)
+    (result,) = evaluate_cell("text", "all", {**cell, "flip_diff_ci": [0.1, 0.4]}, {"max_flip_regression": 0.0})
+    assert not result.passed
+    (result,) = evaluate_cell("text", "all", {**cell, "flip_diff_ci": [-0.1, 0.9]}, {"max_flip_regression": 0.0})
+    assert result.passed
+
+
+def test_a_real_flip_rise_fails_on_its_interval_and_no_change_passes():
+    cell = {"flip_diff": 0.027, "flip_diff_se": 0.0024, "flip_diff_ci": [0.022, 0.032], "n_flip_groups": 1200}
+    judge = Judgement(lambda check: "interval", 0.05 / 172)
+    (result,) = evaluate_cell("text", "all", cell, {"max_flip_regression": 0.0}, judge)
+    assert result.decision == "fail" and result.z > 3.4
+    (result,) = evaluate_cell("text", "all", {**cell, "flip_diff": 0.0, "flip_diff_se": 0.0, "flip_diff_ci": [0, 0]},
+                              {"max_flip_regression": 0.0}, judge)
+    assert result.passed

@@ -311,7 +311,8 @@ def test_a_dual_encoder_model_is_probed_not_asked(gate, tmp_path, kind):
 
 def test_baseline_against_its_own_predictions_passes_and_a_better_baseline_fails(gate, tmp_path):
     """--baseline: the same run again loses nothing (0 changed answers); against a baseline that answered every
-    option_order row right, the family's paired loss is past max_regression and the test fails with McNemar."""
+    option_order row right (so it flipped less as well), the family's paired loss is past max_regression, its
+    flip-rate rise past max_flip_regression, and the test fails with both McNemar tests."""
     import gzip
 
     first = run(gate, "--families", "option_order", "-k", "(test_orig or test_option_order) and not gpu")
@@ -331,7 +332,8 @@ def test_baseline_against_its_own_predictions_passes_and_a_better_baseline_fails
             fh.write(json.dumps({**r, "argmax": r["label"]} if r["family"] == "option_order" else r) + "\n")
     worse = run(gate, "--families", "option_order", "--baseline", str(better), "-k", "test_no_regression and not gpu")
     assert worse.ret == pytest.ExitCode.TESTS_FAILED
-    worse.stdout.fnmatch_lines(["*option_order/all: max_regression FAILED*", "*McNemar on accuracy:*"])
+    worse.stdout.fnmatch_lines(["*option_order/all: max_regression FAILED*", "*McNemar on accuracy:*",
+                                "*option_order/all: max_flip_regression FAILED*", "*McNemar on flips:*"])
 
 
 def test_the_gate_runs_on_a_parquet_file_with_an_image_column(gate):

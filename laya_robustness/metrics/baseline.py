@@ -10,10 +10,15 @@ all its datasets (``"all"``):
   (clusters resampled together across both runs: the comparison is paired);
 - ``mcnemar_acc``: over matched scored rows, b = right in the baseline and wrong now, c = the reverse,
   p = the exact two-sided McNemar p-value, min(1, 2 P(X <= min(b, c))) with X ~ Binomial(b + c, 1/2);
-- ``mcnemar_flip``: the same with "flipped against the run's own orig answer" in place of "right".
+- ``mcnemar_flip``: the same with "flipped against the run's own orig answer" in place of "right";
+- in the cells of a meaning-preserving family (kind ``invariance``: its answer should not change),
+  ``flip_diff`` = (1/G) sum_g (flip_g(current) - flip_g(baseline)), flip_g the share of the group's rows
+  whose answer differs from that run's own orig answer, with ``flip_diff_ci`` and ``flip_diff_se``
+  from the same paired cluster bootstrap.
 
-A family "regresses" by more than ``max_regression`` when ``acc_diff`` of its "all" cell lies below
-``-max_regression`` (judged like every limit: on its interval by default, see ``checks``).
+A family "regresses" when ``acc_diff`` of its "all" cell lies below ``-max_regression``, or (an
+invariance family) when ``flip_diff`` lies above ``max_flip_regression`` (judged like every limit: on
+its interval by default, see ``checks``).
 
 >>> round(mcnemar_p(1, 9), 4)
 0.0215
@@ -52,7 +57,20 @@ def _mcnemar(pairs: Sequence[tuple[bool, bool]]) -> dict:
     return {"n_pairs": len(pairs), "b": b, "c": c, "p": mcnemar_p(b, c)}
 
 
-def _cell(pairs, orig_now, orig_before, family: str, dataset: str, seed: int, n_boot: int) -> dict:
+def _paired_means(per_group: Mapping, cluster_of: Mapping, key: str, dataset: str, seed: int, n_boot: int) -> dict:
+    """Mean over groups of (current - baseline) group means, with its paired cluster-bootstrap 95% interval and SE."""
+    diffs = {g: sum(a) / len(a) - sum(b) / len(b) for g, (a, b) in per_group.items()}
+    clusters = cluster_index(cluster_of.values())
+    ids, values = [clusters[cluster_of[g]] for g in diffs], list(diffs.values())
+    if not values:
+        return {"diff": None, "ci": None, "se": None, "n_groups": 0}
+    counts = resample_counts(seed, key, dataset, len(clusters), n_boot)
+    return {"diff": sum(values) / len(values), "ci": mean_ci(counts, ids, values), "se": mean_se(counts, ids, values),
+            "n_groups": len(values)}
+
+
+def _cell(pairs, orig_now, orig_before, family: str, dataset: str, seed: int, n_boot: int,
+          flips_apply: bool = False) -> dict:
     scored = [(r, s) for r, s in pairs if is_scored(r) and is_scored(s)]
     per_group: dict = defaultdict(lambda: [[], []])
     cluster_of: dict = {}
@@ -61,26 +79,35 @@ def _cell(pairs, orig_now, orig_before, family: str, dataset: str, seed: int, n_
         per_group[g][0].append(is_correct(r))
         per_group[g][1].append(is_correct(s))
         cluster_of[g] = f"{r['dataset']}/{r['cluster']}"
-    diffs = {g: sum(a) / len(a) - sum(b) / len(b) for g, (a, b) in per_group.items()}
-    clusters = cluster_index(cluster_of.values())
-    ids, values = [clusters[cluster_of[g]] for g in diffs], list(diffs.values())
-    counts = resample_counts(seed, "baseline/" + family, dataset, len(clusters), n_boot) if clusters else None
+    acc = _paired_means(per_group, cluster_of, "baseline/" + family, dataset, seed, n_boot)
 
     def flipped(r, orig):
         o = orig.get(group_key(r))
         return o is not None and answer_of(r) != answer_of(o)
 
-    flips = [(flipped(r, orig_now), flipped(s, orig_before)) for r, s in pairs if r["family"] != "orig"]
-    return {
+    comparable = [(r, s) for r, s in pairs if r["family"] != "orig"
+                  and group_key(r) in orig_now and group_key(s) in orig_before]
+    flips = [(flipped(r, orig_now), flipped(s, orig_before)) for r, s in comparable]
+    out = {
         "n_matched": len(pairs),
-        "n_groups": len(diffs),
+        "n_groups": acc["n_groups"],
         "acc": _group_mean(scored, 0), "acc_baseline": _group_mean(scored, 1),
-        "acc_diff": sum(values) / len(values) if values else None,
-        "acc_diff_ci": mean_ci(counts, ids, values) if values else None,
-        "acc_diff_se": mean_se(counts, ids, values) if values else None,
+        "acc_diff": acc["diff"], "acc_diff_ci": acc["ci"], "acc_diff_se": acc["se"],
         "mcnemar_acc": _mcnemar([(is_correct(r), is_correct(s)) for r, s in scored]),
         "mcnemar_flip": _mcnemar(flips),
     }
+    if flips_apply:
+        per_group_flips: dict = defaultdict(lambda: [[], []])
+        flip_cluster_of: dict = {}
+        for (r, s), (now, before) in zip(comparable, flips):
+            g = group_key(r)
+            per_group_flips[g][0].append(now)
+            per_group_flips[g][1].append(before)
+            flip_cluster_of[g] = f"{r['dataset']}/{r['cluster']}"
+        flip = _paired_means(per_group_flips, flip_cluster_of, "baseline-flip/" + family, dataset, seed, n_boot)
+        out.update({"n_flip_groups": flip["n_groups"], "flip_diff": flip["diff"], "flip_diff_ci": flip["ci"],
+                    "flip_diff_se": flip["se"]})
+    return out
 
 
 def _group_mean(pairs, side: int) -> float | None:
@@ -93,6 +120,10 @@ def _group_mean(pairs, side: int) -> float | None:
 def baseline_block(records: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]], *, seed: int = 0,
                    n_boot: int = 1000) -> dict:
     """``{family: {dataset | "all": cell}}`` over the families both runs scored (see the module doc)."""
+    from laya_robustness.families import family_names, get_family
+
+    known = set(family_names())
+    invariance = {f for f in {r["family"] for r in records} if f in known and get_family(f).kind == "invariance"}
     orig_now = orig_by_group(r for r in records if r["family"] == "orig")
     orig_before = orig_by_group(r for r in baseline if r["family"] == "orig")
     by_cell: dict = defaultdict(list)
@@ -100,8 +131,9 @@ def baseline_block(records: Sequence[Mapping[str, Any]], baseline: Sequence[Mapp
         by_cell[(r["family"], r["dataset"])].append((r, s))
     out: dict = {}
     for (family, dataset), pairs in sorted(by_cell.items()):
-        out.setdefault(family, {})[dataset] = _cell(pairs, orig_now, orig_before, family, dataset, seed, n_boot)
+        out.setdefault(family, {})[dataset] = _cell(pairs, orig_now, orig_before, family, dataset, seed, n_boot,
+                                                    family in invariance)
     for family in out:
         pooled = [p for (f, _), pairs in sorted(by_cell.items()) if f == family for p in pairs]
-        out[family][ALL] = _cell(pooled, orig_now, orig_before, family, ALL, seed, n_boot)
+        out[family][ALL] = _cell(pooled, orig_now, orig_before, family, ALL, seed, n_boot, family in invariance)
     return out

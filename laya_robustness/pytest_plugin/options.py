@@ -167,7 +167,7 @@ OPTIONS = (
     Option("--translations", "none", "JSONL of your own question translations by row id ({row_id, translations: "
            "{language: text}}) the language family asks besides its built-in ones, or none"),
     Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
-           "comparison with it and the max_regression checks, or none"),
+           "comparison with it and the regression checks (max_regression, max_flip_regression), or none"),
     Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "
            "once a run completes; a folder you name is kept, so runs can share it)"),
     Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "

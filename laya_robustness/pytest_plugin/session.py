@@ -470,8 +470,8 @@ class RobustnessSession:
         if self._n_interval_checks is None:
             t = self.thresholds
             m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
-            if self.settings.baseline is not None and t.gate.max_regression is not None and t.gate.judge == "interval":
-                m += len({f for f, _ in self.run_cells()})
+            if self.settings.baseline is not None and t.gate.judge == "interval":
+                m += sum(len(self.regression_limits(f)) for f in {f for f, _ in self.run_cells()})
             self._n_interval_checks = m
         return self._n_interval_checks
 
@@ -487,13 +487,21 @@ class RobustnessSession:
                 raise pytest.UsageError(f"--baseline: {exc}") from exc
         return self._baseline
 
+    def regression_limits(self, family: str) -> dict:
+        """The limits a family is held to against a --baseline: max_regression (accuracy) for every family,
+        max_flip_regression (flip rate) for a meaning-preserving one too; a limit the file unsets is left out."""
+        gate = self.thresholds.gate
+        limits = {"max_regression": gate.max_regression}
+        if get_family(family).kind == "invariance":
+            limits["max_flip_regression"] = gate.max_flip_regression
+        return {check: limit for check, limit in limits.items() if limit is not None}
+
     def check_regression(self, family: str, device: str) -> None:
-        """The family, over all its datasets, against the --baseline: max_regression and the McNemar tests."""
+        """The family, over all its datasets, against the --baseline: its regression limits and the McNemar tests."""
         from laya_robustness.metrics.baseline import ALL
 
         if self.settings.baseline is None:
             pytest.skip("no --baseline to compare with")
-        limit = self.thresholds.gate.max_regression
         if family != ORIG and family not in self.families:
             pytest.skip(f"{family} is not in --families ({','.join(self.families)})")
         reason = None if family == ORIG else self.skip_reason(family)
@@ -506,19 +514,33 @@ class RobustnessSession:
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
         if not cell:
             pytest.skip(f"the baseline has none of this run's {family} rows")
+        limits = self.regression_limits(family)
         if not cell["n_groups"]:
+            limits.pop("max_regression", None)
+        if not cell.get("n_flip_groups"):
+            limits.pop("max_flip_regression", None)
+        if not limits and not cell["n_groups"]:
             pytest.skip(f"no {family} row has a right answer (a caption has none): its accuracy cannot regress")
-        if limit is None:
-            pytest.skip("the limits set no [gate] max_regression")
+        if not limits:
+            pytest.skip(f"the limits set no [gate] regression limit that applies to {family}")
         judge = checks.Judgement(lambda check: self.thresholds.gate.judge,
                                  self.thresholds.gate.alpha_each(self.n_interval_checks))
-        (result,) = checks.evaluate_cell(family, ALL, cell, {"max_regression": limit}, judge)
-        self.results += [{**asdict(result), "device": device, "n_rows_have": None, "known": False}]
-        if not result.passed:
-            mcnemar = cell["mcnemar_acc"]
-            pytest.fail(checks.failure_message(result, [
-                f"McNemar on accuracy: {mcnemar['b']} rows right in the baseline and wrong now, {mcnemar['c']} "
-                f"the other way (p = {mcnemar['p']:.3g}) over {mcnemar['n_pairs']} matched rows"]), pytrace=False)
+        results = checks.evaluate_cell(family, ALL, cell, limits, judge)
+        self.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
+        failed = [r for r in results if not r.passed]
+        if failed:
+            lines = []
+            for result in failed:
+                if result.check == "max_regression":
+                    what, test = "accuracy", cell["mcnemar_acc"]
+                    n_worse, n_other, words = test["b"], test["c"], "right in the baseline and wrong now"
+                else:
+                    what, test = "flips", cell["mcnemar_flip"]
+                    n_worse, n_other, words = test["c"], test["b"], "flipped now and not in the baseline"
+                lines.append(checks.failure_message(result, [
+                    f"McNemar on {what}: {n_worse} rows {words}, {n_other} the other way (p = {test['p']:.3g}) "
+                    f"over {test['n_pairs']} matched rows"]))
+            pytest.fail("\n".join(lines), pytrace=False)
 
     def judgement(self, family: str, dataset: str):
         """How the limits of one cell are judged (their judge, and alpha / m of the whole run)."""
