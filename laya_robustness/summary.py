@@ -174,6 +174,45 @@ def block_cell(family: Family, rows: list, orig: Mapping, boot: Mapping[str, int
             **uncertainty(family.headline, rows, orig, counts, clusters), **family.cell(rows, orig, boot)}
 
 
+class CellCache:
+    """The cells one process has computed, reused when the same record objects come again.
+
+    A cell is a pure function of its rows, their groups' orig rows and the bootstrap settings, so the
+    cell of a family test and the same cell of the run's full summary need computing once. An entry
+    holds its rows (keeping them alive), and a lookup hits only when every row and orig row is the
+    very object it was computed from.
+    """
+
+    def __init__(self) -> None:
+        self._cells: dict[tuple, tuple[list, list, dict]] = {}
+
+    def cell(self, key: tuple, rows: Sequence[Record], orig: Mapping, compute) -> dict:
+        origs = [orig.get(group_key(r)) for r in rows]
+        entry = self._cells.get(key)
+        if (entry is not None and len(entry[0]) == len(rows) and all(a is b for a, b in zip(entry[0], rows))
+                and all(a is b for a, b in zip(entry[1], origs))):
+            return entry[2]
+        value = compute()
+        self._cells[key] = (list(rows), origs, value)
+        return value
+
+
+def _family_cell(decl: Family | None, family: str, dataset: str, rows: list, orig: Mapping, boot: Mapping[str, int],
+                 cache: CellCache | None) -> dict:
+    """The cell of (family, dataset) in its block, rounded (through ``cache`` when given)."""
+    def compute() -> dict:
+        if decl is None or decl.block == FLAT:
+            cell = flat_cell(rows, orig, family, dataset, boot)
+            if decl is not None and decl.cell is not None:
+                cell.update(decl.cell(rows, orig, boot))
+            return rounded(cell)
+        return rounded(block_cell(decl, rows, orig, boot))
+
+    if cache is None:
+        return compute()
+    return cache.cell((family, dataset, boot["seed"], boot["n_boot"], boot["n_boot_ece"]), rows, orig, compute)
+
+
 def any_visual_cells(records: Sequence[Record], orig: Mapping, boot: Mapping[str, int]) -> dict:
     """Per dataset with records of a default visual stability family: those records pooled
     (``metrics.stability.any_visual_cell``), with the intervals and standard errors of AV and V."""
@@ -203,6 +242,7 @@ def summarize(
     n_boot_ece: int = 400,
     ece_floor_sims: int = 0,
     baseline: Iterable[Mapping[str, Any]] | None = None,
+    cache: CellCache | None = None,
 ) -> dict:
     """The summary of a run: ``{"meta", "bootstrap", "families": {family: {dataset: cell}}}`` plus blocks.
 
@@ -214,6 +254,7 @@ def summarize(
     drawn with ``seed``. "stability_analysis" holds the stability study's one-model analyses of the
     datasets with variants of a family that has a modality (metrics.stability_analysis). With ``baseline`` records (an earlier run's), "baseline" holds the paired
     comparison with them (metrics.baseline). Floats are rounded to 6 d.p.; undefined statistics are None.
+    A ``cache`` (:class:`CellCache`) reuses the cells it already holds for the same record objects.
     """
     _check_int("n_boot", n_boot, 1)
     _check_int("n_boot_ece", n_boot_ece, 1)
@@ -230,12 +271,7 @@ def summarize(
         block = decl.block if decl else FLAT
         cells = out.setdefault(block, {}).setdefault(family, {})
         for dataset, rows in sorted(by_dataset.items()):
-            if block == FLAT:
-                cells[dataset] = flat_cell(rows, orig, family, dataset, boot)
-                if decl is not None and decl.cell is not None:
-                    cells[dataset].update(decl.cell(rows, orig, boot))
-            else:
-                cells[dataset] = block_cell(decl, rows, orig, boot)
+            cells[dataset] = _family_cell(decl, family, dataset, rows, orig, boot, cache)
     any_cells = any_visual_cells(records, orig, boot)
     if any_cells:
         out["stability"][ANY_VISUAL] = any_cells
@@ -249,6 +285,20 @@ def summarize(
 
         out["baseline"] = baseline_block(records, _canonical(baseline), seed=seed, n_boot=n_boot)
     return {k: v if k == "meta" else rounded(v) for k, v in out.items()}
+
+
+def family_cell(records: Iterable[Mapping[str, Any]], family: str, dataset: str, *, seed: int = 0, n_boot: int = 1000,
+                n_boot_ece: int = 400, cache: CellCache | None = None) -> dict:
+    """The cell of (family, dataset) alone, as ``summarize`` of the same records would hold it (the records
+    must include the orig rows of its groups)."""
+    records = _canonical(records)
+    orig = orig_by_group(r for r in records if r.family == ORIG)
+    rows = [r for r in records if r.family == family and r.dataset == dataset]
+    if not rows:
+        raise KeyError(f"no records of {family}/{dataset}")
+    boot = {"seed": seed, "n_boot": n_boot, "n_boot_ece": n_boot_ece}
+    decl = {f.name: f for f in declared()}.get(family)
+    return _family_cell(decl, family, dataset, rows, orig, boot, cache)
 
 
 def summary_cell(summary: Mapping[str, Any], family: str, dataset: str) -> Mapping[str, Any]:

@@ -270,3 +270,29 @@ def test_circular_accuracy_and_accuracy_by_gold_position(records):
             by_position[r["meta"]["display_order"].index(r["label"])].append(r["argmax"] == r["label"])
     assert cell["acc_by_position"] == {str(p): pytest.approx(_mean(v), abs=1e-6) for p, v in by_position.items()}
     assert cell["n_by_position"] == {str(p): len(v) for p, v in by_position.items()}
+
+
+def test_a_cell_alone_and_through_the_cache_equals_the_full_summary(records):
+    """family_cell of any cell equals summarize's; a summary made through a CellCache that the family
+    cells filled is the same summary, and reuses those cells instead of computing them again."""
+    import json
+
+    from laya_robustness.records import parse_records
+    from laya_robustness.summary import CellCache, family_cell
+
+    parsed = parse_records(records)  # the same objects in every call, as a session holds them
+    plain = summarize(parsed, n_boot=20, n_boot_ece=20)
+    cache = CellCache()
+    cells = {(r["family"], r["dataset"]) for r in parsed}
+    for family, dataset in sorted(cells):
+        alone = family_cell(parsed, family, dataset, n_boot=20, n_boot_ece=20, cache=cache)
+        assert json.dumps(alone, sort_keys=True) == json.dumps(summary_cell(plain, family, dataset), sort_keys=True)
+    computed = []
+    real = cache.cell
+    cache.cell = lambda key, rows, orig, compute: real(key, rows, orig, lambda: computed.append(key) or compute())
+    cached = summarize(parsed, n_boot=20, n_boot_ece=20, cache=cache)
+    assert json.dumps(cached, sort_keys=True) == json.dumps(plain, sort_keys=True)
+    assert computed == []  # every cell came from the cache
+    changed = [dict(r, argmax=(r["argmax"] + 1) % len(r["logits"])) if r["family"] == "text" else r for r in parsed]
+    summarize(changed, n_boot=20, n_boot_ece=20, cache=cache)
+    assert {key[0] for key in computed} == {"text"}  # new record objects: recomputed, the others reused
