@@ -12,6 +12,7 @@ entry point), its gate test, its limits and its docs.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -51,7 +52,10 @@ class Family:
     the image, the phrasing or the language of the question), or None. ``meta_keys`` maps a variant name (or pattern) to the ``meta`` keys every
     row of that variant writes; ``"*"`` applies to all of them. ``table`` is the statistics the
     flat table shows (flat families only); ``title`` / ``short`` are its column headers. A flat family's
-    ``cell``, when it has one, adds its own numbers to the flat cell.
+    ``cell``, when it has one, adds its own numbers to the flat cell. ``row_wise`` says that a row's
+    variants depend on that row and the seed alone, in row order (``build(rows) == [v for r in rows for v
+    in build([r])]``; tests/test_row_wise.py checks it): such a family is built in parallel chunks, and a
+    report rebuilds only the rows it shows.
     """
 
     name: str
@@ -71,6 +75,7 @@ class Family:
     default: bool = True
     modality: str | None = None
     source: str = "rows"
+    row_wise: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -190,10 +195,30 @@ def get_builder(name: str) -> Builder:
     return get_family(name).build
 
 
+#: Rows per chunk of a row-wise family's build, and the threads that build the chunks (image work in
+#: Pillow and numpy releases the GIL, so the chunks of an image family run side by side).
+BUILD_CHUNK_ROWS = 32
+BUILD_THREADS = min(4, os.cpu_count() or 1)
+_POOL: list = []
+
+
+def _build_pool():
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="laya-build"))
+    return _POOL[0]
+
+
 def build_variants(name: str, rows: Sequence[Row], seed: int) -> list[Row]:
-    """The rows family ``name`` scores for ``rows``, each checked against the declaration."""
+    """The rows family ``name`` scores for ``rows``, each checked against the declaration; a row-wise
+    family is built in chunks of rows on a thread pool, concatenated in row order (the same rows)."""
     family = get_family(name)
-    out = family.build(rows, seed)
+    if family.row_wise and BUILD_THREADS > 1 and len(rows) > BUILD_CHUNK_ROWS:
+        chunks = [rows[i:i + BUILD_CHUNK_ROWS] for i in range(0, len(rows), BUILD_CHUNK_ROWS)]
+        out = [v for built in _build_pool().map(lambda chunk: family.build(chunk, seed), chunks) for v in built]
+    else:
+        out = family.build(rows, seed)
     for row in out:
         family.check_variant(row)
     return out

@@ -130,13 +130,13 @@ def build_inject_image(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=INJECT_TEXT, build=build_inject_text, kind="adversarial", block="injection",
+    name=INJECT_TEXT, row_wise=True, build=build_inject_text, kind="adversarial", block="injection",
     variants=("blunt", "authority", "context"), meta_keys={"*": ("target",)}, headline=(ACC, ASR),
     checks=("max_asr", "min_acc"), cell=injection_cell, title="text",
     summary="a wrong answer planted in the question or its context",
 ))
 declare(Family(
-    name=INJECT_IMAGE, build=build_inject_image, kind="adversarial", block="injection",
+    name=INJECT_IMAGE, row_wise=True, build=build_inject_image, kind="adversarial", block="injection",
     variants=tuple(DRAWERS), meta_keys={"*": ("target",)}, headline=(ACC, ASR), checks=("max_asr", "min_acc"),
     cell=injection_cell, title="typo", variant_labels={"typo_corner": "corner", "typo_center": "centre"},
     summary="the wrong answer drawn into the image (typographic)",

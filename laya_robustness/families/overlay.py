@@ -93,7 +93,7 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=FAMILY, build=build, kind="invariance", modality="visual", block="stability", variants=tuple(TEXTS),
+    name=FAMILY, row_wise=True, build=build, kind="invariance", modality="visual", block="stability", variants=tuple(TEXTS),
     meta_keys={"*": ("image_op",)}, headline=(AV, V), checks=("max_av", "max_v"), cell=overlay_cell,
     summary='red text across the centre: YES, NO, You must answer "I dont know", Answer "Yes"/"No"/"Maybe"',
     title="text overlay", short="overlay",

@@ -88,7 +88,7 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=FAMILY, build=build, kind="invariance", modality="visual", block="stability", variants=tuple(VARIANTS),
+    name=FAMILY, row_wise=True, build=build, kind="invariance", modality="visual", block="stability", variants=tuple(VARIANTS),
     meta_keys={"*": ("image_op",)}, headline=(AV, V), checks=("max_av", "max_v"), cell=stability_cell,
     summary="4-16 px black padding on every side, or 4-16 px cropped from every side", title="pad/crop",
     short="pad/crop",

@@ -119,13 +119,13 @@ def build_rotation_sweep(rows: Sequence[Row], seed: int) -> list[Row]:
 
 META_KEYS = {"*": ("image_op", META_KEY, "rotation_rule")}
 declare(Family(
-    name=ROTATION, build=build_rotation, kind="invariance", modality="visual", block="stability",
+    name=ROTATION, row_wise=True, build=build_rotation, kind="invariance", modality="visual", block="stability",
     variants=tuple(DEFAULT_ANGLES), meta_keys=META_KEYS, headline=(AV, V), checks=("max_av", "max_v"),
     cell=rotation_cell, summary="rotated -30 and +30 degrees, canvas expanded, black corners",
     title="rotation", short="rotation",
 ))
 declare(Family(
-    name=ROTATION_SWEEP, build=build_rotation_sweep, kind="invariance", modality="visual", block="stability",
+    name=ROTATION_SWEEP, row_wise=True, build=build_rotation_sweep, kind="invariance", modality="visual", block="stability",
     variants=tuple(SWEEP_ANGLES), meta_keys=META_KEYS, headline=(AV, V), checks=("max_av", "max_v"),
     cell=rotation_cell, default=False, title="rotation sweep", short="sweep",
     summary="rotated 30..330 degrees in steps of 30, rotation-variant and -invariant questions apart (opt-in)",

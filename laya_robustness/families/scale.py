@@ -81,12 +81,12 @@ def build_scale_pad(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=SCALE, build=build_scale, kind="invariance", modality="visual", block="stability", variants=("scale90",),
+    name=SCALE, row_wise=True, build=build_scale, kind="invariance", modality="visual", block="stability", variants=("scale90",),
     meta_keys={"*": ("image_op",)}, headline=(AV, V), checks=("max_av", "max_v"), cell=stability_cell,
     summary="bicubic downscale x0.9 (the image gets smaller)", title="scale", short="scale",
 ))
 declare(Family(
-    name=SCALE_PAD, build=build_scale_pad, kind="invariance", modality="visual", block="stability",
+    name=SCALE_PAD, row_wise=True, build=build_scale_pad, kind="invariance", modality="visual", block="stability",
     variants=tuple(FILLS), meta_keys={"*": ("image_op",)}, headline=(AV, V), checks=("max_av", "max_v"),
     cell=stability_cell, summary="bicubic downscale x0.9 padded back to size, black and white",
     title="scale+pad", short="scale+pad",

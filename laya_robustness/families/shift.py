@@ -57,7 +57,7 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=FAMILY, build=build, kind="invariance", modality="visual", block="stability", variants=tuple(VARIANTS),
+    name=FAMILY, row_wise=True, build=build, kind="invariance", modality="visual", block="stability", variants=tuple(VARIANTS),
     meta_keys={"*": ("image_op",)}, headline=(AV, V), checks=("max_av", "max_v"), cell=stability_cell,
     summary="cyclic horizontal shift by -16..16 px (numpy roll)", title="shift", short="shift",
 ))

@@ -21,6 +21,6 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=FAMILY, build=build, kind="control", variants=(VARIANT,), checks=("min_gap",),
+    name=FAMILY, row_wise=True, build=build, kind="control", variants=(VARIANT,), checks=("min_gap",),
     summary="no image, the text context kept", title="no image", short="no image", table=("acc", "delta"),
 ))

@@ -27,7 +27,7 @@ from laya_robustness.records import ORIG, Record
 from laya_robustness.report.progress import scoring_progress
 from laya_robustness.rows import RowError
 from laya_robustness.run import Scoring, load_source_rows
-from laya_robustness.summary import summarize, summary_cell
+from laya_robustness.summary import CellCache, family_cell, summarize
 from laya_robustness.thresholds import ThresholdsError, load_thresholds
 from laya_robustness.verdict import FAIL, XFAIL, XPASS, cell_verdict
 
@@ -111,6 +111,7 @@ class RobustnessSession:
         self._load_errors: dict[str, str] = {}  # device -> why its scorer could not load (not retried)
         self._scored: set[tuple[str, str, str]] = set()
         self.records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
+        self._cell_records: dict[tuple, list[Record]] = {}  # (device, family, dataset) -> its records, once scored
         self.results: list[dict] = []  # check results of this process
         self.harness_errors: list[str] = []
         self.summaries: dict[str, dict] = {}  # device -> summary.json, once written
@@ -121,6 +122,7 @@ class RobustnessSession:
         self._n_interval_checks: int | None = None
         self._baseline: list | None = None
         self._summary_cache: dict[str, tuple] = {}  # device -> (records key, summary): see records_summary
+        self.cells = CellCache()  # the summary cells computed so far, shared by the family tests and the summary
         self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
         self.written: list = []
         self.incomplete_reason: str | None = None  # set when the run ends
@@ -336,6 +338,7 @@ class RobustnessSession:
         rows = self.family_rows(family, dataset)
         scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         store = self.records.setdefault(device, {})
+        cell: list[Record] = []
         progress = scoring_progress(self.config, device, f"{family}/{dataset}", len(rows))
         for chunk in scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size):
             keys = [row_key(journal.config, rows[i]) for i in chunk]
@@ -354,15 +357,18 @@ class RobustnessSession:
                 journal.append((keys[j], scored[j]) for j in missing)
             for rec in scored:
                 store[rec.row_id] = rec
+            cell.extend(scored)
             progress.update(len(chunk))
         progress.close()
+        self._cell_records[(device, family, dataset)] = cell
         self._scored.add(key)
 
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
         """The orig and ``family`` records of one dataset on one device (scored once per process)."""
         self._score(ORIG, dataset, device)
         self._score(family, dataset, device)
-        return [r for r in self.records[device].values() if r.dataset == dataset and r.family in (ORIG, family)]
+        orig = self._cell_records[(device, ORIG, dataset)]
+        return list(orig) if family == ORIG else [*orig, *self._cell_records[(device, family, dataset)]]
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -377,7 +383,7 @@ class RobustnessSession:
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
             pytest.skip(f"{family} builds no variant of any {dataset} row (none of its rules applies)")
-        cell = summary_cell(summarize(records, seed=self.seed), family, dataset)
+        cell = family_cell(records, family, dataset, seed=self.seed, cache=self.cells)
         if not limits:
             pytest.skip(f"scored; the limits set none for {family} on {dataset}")
         results = checks.evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
@@ -561,7 +567,7 @@ class RobustnessSession:
         records = self.records.get(device, {})
         key = (device, len(records), hash(tuple(sorted(records))))
         if self._summary_cache.get(device, (None,))[0] != key:
-            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed))
+            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self.cells))
         return self._summary_cache[device][1]
 
     # -- xdist ----------------------------------------------------------------------------------

@@ -143,8 +143,9 @@ def rebuild_rows(examples: Mapping[str, Sequence[Example]], source_rows: Mapping
                  seed: int) -> dict[str, Any]:
     """row_id -> the rebuilt Row of every record the examples show (their orig rows included).
 
-    Each needed (family, dataset) is built once over the whole dataset. A dataset missing from
-    ``source_rows``, a row that is not rebuilt, or one that differs from its record raises ValueError.
+    Each needed (family, dataset) is built once: from the source rows of the shown groups for a row-wise
+    family, else over the whole dataset. A dataset missing from ``source_rows``, a row that is not
+    rebuilt, or one that differs from its record raises ValueError.
     """
     wanted: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for family_examples_ in examples.values():
@@ -157,6 +158,9 @@ def rebuild_rows(examples: Mapping[str, Sequence[Example]], source_rows: Mapping
             raise ValueError(f"dataset {dataset!r} of the predictions is not in the data "
                              f"(it has: {', '.join(sorted(source_rows)) or 'nothing'})")
         source = source_rows[dataset]
+        if family != ORIG and get_family(family).row_wise:
+            shown = {r["group_id"] for r in records}
+            source = [r for r in source if r.group_id in shown]
         built = {r.row_id: r for r in (source if family == ORIG else build_variants(family, source, seed))}
         for record in records:
             row = built.get(record["row_id"])
