@@ -16,6 +16,10 @@ flip rate of a meaning-preserving family: the gate goes red); *detected*, the pa
 accuracy finds the loss real at the gate's per-check level (p < alpha / m, more rows right -> wrong
 than wrong -> right), whatever its size. With a tolerance above 0, a plant that costs less than it is
 detected but, by the limit's own definition, not caught.
+
+The regression checks' own false alarms: each seed's predictions are also compared with the previous
+seed's, as ``--baseline`` would compare them (the same model on the other seed's variants of the same
+rows: every difference is chance), and a comparison is red when a regression check fails.
 """
 
 from __future__ import annotations
@@ -69,12 +73,18 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
             run_gate(seed, out / f"planted{seed}", out / "journal-planted",
                      [*extra, "--scorer", PLANTED_SCORER, "--baseline", str(baseline)], env)
             caught.append(planted_outcome(out / f"planted{seed}", plant))
+    nulls = [null_regression(out / f"seed{seed}", out / f"seed{seed - 1}", seed, thresholds_of(extra))
+             for seed in range(1, seeds)]
     result = {
         "seeds": seeds,
         "false_alarm_rate": sum(red) / seeds,
         "red_seeds": [s for s, r in enumerate(red) if r],
         "checks": {k: dict(v) for k, v in sorted(per_check.items())},
     }
+    if nulls:
+        result["null_regression"] = {"comparisons": len(nulls), "red": sum(bool(n["failed"]) for n in nulls),
+                                     "false_alarm_rate": sum(bool(n["failed"]) for n in nulls) / len(nulls),
+                                     "per_comparison": nulls}
     if plant:
         result["planted"] = {"family": plant, "rate": plant_rate, "caught": sum(c["caught"] for c in caught),
                              "power": sum(c["caught"] for c in caught) / seeds,
@@ -107,6 +117,42 @@ def planted_outcome(report_dir: Path, family: str) -> dict:
             "detected": mcnemar["p"] < alpha_each and mcnemar["b"] > mcnemar["c"]}
 
 
+def thresholds_of(extra: Sequence[str]) -> Path:
+    """The limits file the gate runs read: ``--thresholds`` among the extra options, else thresholds.toml."""
+    args = list(extra)
+    for i, arg in enumerate(args):
+        if arg == "--thresholds" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--thresholds="):
+            return Path(arg.split("=", 1)[1])
+    return Path("thresholds.toml")
+
+
+def null_regression(now_dir: Path, before_dir: Path, seed: int, thresholds: Path) -> dict:
+    """The regression checks of one run against another run of the same model (see the module doc): every
+    family's "all" cell judged on its interval at alpha / m, m the run's interval-judged checks plus these."""
+    from laya_robustness import checks
+    from laya_robustness.metrics.baseline import ALL, baseline_block
+    from laya_robustness.predictions import read_predictions
+    from laya_robustness.report import load_limits
+
+    now = read_predictions(Path(now_dir) / "predictions.jsonl.gz")
+    block = baseline_block(now, read_predictions(Path(before_dir) / "predictions.jsonl.gz"), seed=seed)
+    summary = json.loads((Path(now_dir) / "summary.json").read_text(encoding="utf-8"))
+    gate = load_limits(summary, thresholds, None).gate
+    cells = {family: (cell[ALL], checks.regression_limits(gate, family, cell[ALL])) for family, cell in block.items()}
+    run_checks = json.loads((Path(now_dir) / "checks.json").read_text(encoding="utf-8"))["meta"]["interval_checks"]
+    m = run_checks + sum(len(limits) for _, limits in cells.values())
+    judge = checks.Judgement(lambda check: gate.judge, gate.alpha_each(m))
+    results = [(family, r) for family, (cell, limits) in sorted(cells.items())
+               for r in checks.evaluate_cell(family, ALL, cell, limits, judge)]
+    worst = max((r for _, r in results if r.z is not None), key=lambda r: r.z, default=None)
+    return {"seed": seed, "against_seed": seed - 1, "m": m, "checks": len(results),
+            "failed": [{"family": f, "check": r.check, "value": r.value, "z": r.z} for f, r in results if not r.passed],
+            "worst": {"family": worst.family, "check": worst.check, "value": worst.value, "z": round(worst.z, 3)}
+            if worst else None}
+
+
 def format_calibration(result: dict) -> str:
     """The checks that were not always the same across seeds, then the false-alarm rate and the power."""
     lines = [f"{'check':60s}  fail  undecided  pass  expected  xpass"]
@@ -116,6 +162,10 @@ def format_calibration(result: dict) -> str:
                          f"{counts.get('pass', 0):4d}  {counts.get('expected', 0):8d}  {counts.get('xpass', 0):5d}")
     lines.append(f"gate red with the model unchanged: {len(result['red_seeds'])} of {result['seeds']} seeds "
                  f"(false-alarm rate {result['false_alarm_rate']:.3f}; red seeds: {result['red_seeds']})")
+    if "null_regression" in result:
+        n = result["null_regression"]
+        lines.append(f"regression checks against the previous seed's predictions (the same model): red in {n['red']} "
+                     f"of {n['comparisons']} comparisons (false-alarm rate {n['false_alarm_rate']:.3f})")
     if "planted" in result:
         p = result["planted"]
         lines.append(f"planted regression ({p['rate']:.0%} of {p['family']}'s answers moved): caught in {p['caught']} "

@@ -234,6 +234,24 @@ _EVALUATORS: dict[str, Callable[[str, str, Mapping[str, Any], float], CheckResul
 assert tuple(_EVALUATORS) == CHECKS
 
 
+def regression_limits(gate, family: str, cell: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The limits a family is held to against a --baseline (``gate``: the limits file's [gate]):
+    ``max_regression`` (accuracy) for every family, ``max_flip_regression`` (flip rate) too for a
+    meaning-preserving one. With its baseline ``cell``, only the limits it has groups for; a limit the
+    file unsets is left out."""
+    from laya_robustness.families import get_family
+
+    limits = {"max_regression": gate.max_regression}
+    if get_family(family).kind == "invariance":
+        limits["max_flip_regression"] = gate.max_flip_regression
+    if cell is not None:
+        if not cell.get("n_groups"):
+            limits.pop("max_regression")
+        if not cell.get("n_flip_groups"):
+            limits.pop("max_flip_regression", None)
+    return {check: limit for check, limit in limits.items() if limit is not None}
+
+
 def _unknown(kind: str, name: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""

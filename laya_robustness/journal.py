@@ -26,6 +26,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from laya_robustness.scoring.cache import image_digest
+
 JOURNAL_DIR = "journal"
 
 
@@ -56,9 +58,8 @@ def row_key(config: str, row) -> str:
               list(row.options), row.display_order, row.label, row.primitive, row.context,
               list(getattr(row, "answers", ())), row.meta]
     h.update(json.dumps(fields, sort_keys=True, default=str).encode("utf-8"))
-    for image in row.images:
-        h.update(f"{image.mode}:{image.size}".encode())
-        h.update(image.tobytes())
+    for image in row.images:  # sha256 of mode, size and pixels, computed once per image the scorer also keys on
+        h.update(image_digest(image).encode())
     return h.hexdigest()
 
 

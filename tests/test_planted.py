@@ -60,3 +60,45 @@ def test_a_planted_run_is_caught_when_past_the_limit_and_detected_when_mcnemar_f
                           "detected": 2, "detection_power": 1.0, "per_seed": [out, out]}}
     assert "found real by McNemar (p < alpha / m): 2 of 2 seeds (power 1.00; median loss 0.0118)" in \
         format_calibration(result)
+
+
+def _run_dir(path, records, interval_checks=100):
+    """A gate run's files as null_regression reads them: predictions, summary (for its datasets), checks meta."""
+    import json
+
+    from laya_robustness.predictions import write_predictions
+    from laya_robustness.summary import summarize
+
+    path.mkdir()
+    write_predictions(path / "predictions.jsonl.gz", records)
+    (path / "summary.json").write_text(json.dumps(summarize(records, n_boot=50, n_boot_ece=50)))
+    (path / "checks.json").write_text(json.dumps({"meta": {"alpha": 0.05, "interval_checks": interval_checks}}))
+    return path
+
+
+def test_the_regression_checks_against_another_run_of_the_same_model_and_against_a_worse_one(tmp_path):
+    """null_regression: the same records -> no regression check fails; a run whose text answers moved
+    away from the orig answers (and the label) -> both the accuracy and the flip checks fail."""
+    from pathlib import Path
+
+    from laya_robustness.calibrate import null_regression
+    from laya_robustness.records import prediction_record
+
+    rows = generate_rows("colour_choice", 60, seed=4)
+    variants = rows + build_variants("text", rows, 0)
+    scorer = OracleScorer("m", margin=3.0, noise=0.5)
+    temperatures = {"choice": 1.0, "noul": 1.0, "score": 1.0}
+    records = [prediction_record(r, lg, temperatures) for r, lg in zip(variants, scorer.score_batch(variants))]
+    before = _run_dir(tmp_path / "before", records)
+    same = null_regression(_run_dir(tmp_path / "same", records), before, 1, Path("thresholds.toml"))
+    assert same["failed"] == [] and same["checks"] == 3  # orig and text accuracy, text flips
+    assert same["m"] == 100 + 3
+    worse = [dict(r, argmax=(r["label"] + 1) % len(r["logits"])) if r["family"] == "text" and i % 3 == 0 else r
+             for i, r in enumerate(records)]
+    red = null_regression(_run_dir(tmp_path / "worse", worse), before, 1, Path("thresholds.toml"))
+    assert {(f["family"], f["check"]) for f in red["failed"]} == {("text", "max_regression"),
+                                                                  ("text", "max_flip_regression")}
+    assert red["worst"]["family"] == "text" and red["worst"]["z"] > 3
+    result = {"seeds": 3, "false_alarm_rate": 0.0, "red_seeds": [], "checks": {},
+              "null_regression": {"comparisons": 2, "red": 1, "false_alarm_rate": 0.5, "per_comparison": [same, red]}}
+    assert "red in 1 of 2 comparisons (false-alarm rate 0.500)" in format_calibration(result)

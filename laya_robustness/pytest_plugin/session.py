@@ -477,7 +477,7 @@ class RobustnessSession:
             t = self.thresholds
             m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
             if self.settings.baseline is not None and t.gate.judge == "interval":
-                m += sum(len(self.regression_limits(f)) for f in {f for f, _ in self.run_cells()})
+                m += sum(len(checks.regression_limits(t.gate, f)) for f in {f for f, _ in self.run_cells()})
             self._n_interval_checks = m
         return self._n_interval_checks
 
@@ -493,15 +493,6 @@ class RobustnessSession:
                 raise pytest.UsageError(f"--baseline: {exc}") from exc
         return self._baseline
 
-    def regression_limits(self, family: str) -> dict:
-        """The limits a family is held to against a --baseline: max_regression (accuracy) for every family,
-        max_flip_regression (flip rate) for a meaning-preserving one too; a limit the file unsets is left out."""
-        gate = self.thresholds.gate
-        limits = {"max_regression": gate.max_regression}
-        if get_family(family).kind == "invariance":
-            limits["max_flip_regression"] = gate.max_flip_regression
-        return {check: limit for check, limit in limits.items() if limit is not None}
-
     def check_regression(self, family: str, device: str) -> None:
         """The family, over all its datasets, against the --baseline: its regression limits and the McNemar tests."""
         from laya_robustness.metrics.baseline import ALL
@@ -516,15 +507,11 @@ class RobustnessSession:
         datasets = [d for f, d in self.run_cells() if f == family]
         # the family's records with the orig rows they pair with (a block cell such as lgip's needs them)
         records = [r for d in datasets for r in self.family_records(family, d, device)]
-        summary = summarize(records, seed=self.seed, baseline=self.baseline_records)
+        summary = summarize(records, seed=self.seed, baseline=self.baseline_records, cache=self.cells)
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
         if not cell:
             pytest.skip(f"the baseline has none of this run's {family} rows")
-        limits = self.regression_limits(family)
-        if not cell["n_groups"]:
-            limits.pop("max_regression", None)
-        if not cell.get("n_flip_groups"):
-            limits.pop("max_flip_regression", None)
+        limits = checks.regression_limits(self.thresholds.gate, family, cell)
         if not limits and not cell["n_groups"]:
             pytest.skip(f"no {family} row has a right answer (a caption has none): its accuracy cannot regress")
         if not limits:
