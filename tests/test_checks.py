@@ -16,7 +16,7 @@ def cell(**changes):
     base = {
         "acc": 0.7, "acc_ci": [0.6, 0.8], "delta": -0.02, "delta_ci": [-0.06, 0.01], "flip": 0.1,
         "ece": 0.2, "ece_ci": [0.15, 0.25], "asr": 0.3, "chance": 0.25, "av": 0.05, "v": 0.1, "e_inv": 0.05, "pr_min": 0.9, "acc_diff": -0.01, "acc_diff_ci": [-0.03, 0.01],
-        "n_groups": 50,
+        "flip_diff": 0.01, "flip_diff_ci": [-0.01, 0.03], "n_groups": 50,
     }
     base.update(changes)
     return base
@@ -349,3 +349,11 @@ def test_evaluate_cell_on_a_summarize_cell():
     assert gap.interval == (-control["delta_ci"][1], -control["delta_ci"][0])
     with pytest.raises(KeyError, match="'asr'"):
         evaluate_cell("option_order", "d", c, {"max_asr": 0.5})
+
+
+def test_max_flip_regression_boundary():
+    """Fails only when the flip-rate rise's whole interval lies above the limit."""
+    assert one("max_flip_regression", 0.0).passed  # interval [-0.01, 0.03] straddles 0
+    assert one("max_flip_regression", 0.0, flip_diff_ci=[0.0, 0.02]).passed  # its lower end at the limit
+    assert not one("max_flip_regression", 0.0, flip_diff_ci=[0.001, 0.02]).passed
+    assert one("max_flip_regression", 0.02, flip_diff=0.03, flip_diff_ci=[0.02, 0.04]).passed

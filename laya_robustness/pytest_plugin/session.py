@@ -367,8 +367,16 @@ class RobustnessSession:
         """The orig and ``family`` records of one dataset on one device (scored once per process)."""
         self._score(ORIG, dataset, device)
         self._score(family, dataset, device)
-        orig = self._cell_records[(device, ORIG, dataset)]
-        return list(orig) if family == ORIG else [*orig, *self._cell_records[(device, family, dataset)]]
+        orig = self._records_of(device, ORIG, dataset)
+        return list(orig) if family == ORIG else [*orig, *self._records_of(device, family, dataset)]
+
+    def _records_of(self, device: str, family: str, dataset: str) -> list[Record]:
+        """The records of one cell: as _score stored them, else (records merged from xdist workers) found."""
+        key = (device, family, dataset)
+        if key not in self._cell_records:
+            self._cell_records[key] = [r for r in self.records.get(device, {}).values()
+                                       if r.family == family and r.dataset == dataset]
+        return self._cell_records[key]
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -570,7 +578,8 @@ class RobustnessSession:
         for device, recs in data["records"].items():
             store = self.records.setdefault(device, {})
             for row_id, rec in recs.items():
-                store[row_id] = Record.parse(rec, f"worker record {row_id}")
+                store[row_id] = record = Record.parse(rec, f"worker record {row_id}")
+                self._cell_records.pop((device, record.family, record.dataset), None)  # found again when asked
         self.results += data["results"]
         self.harness_errors += [e for e in data["harness"] if e not in self.harness_errors]
         self.identities.update(data["identities"])
