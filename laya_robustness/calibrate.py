@@ -107,13 +107,11 @@ def planted_outcome(report_dir: Path, family: str) -> dict:
     mcnemar = cell["mcnemar_acc"]
     alpha_each = checks["meta"]["alpha"] / max(1, checks["meta"]["interval_checks"])
     low, high = cell["acc_diff_ci"]
+    failed = sorted(r["check"] for r in checks["results"] if r["family"] == family
+                    and r["check"] in REGRESSION_CHECKS and r["decision"] == "fail")
     return {"loss": -cell["acc_diff"], "loss_ci": [-high, -low], "flip_rise": cell.get("flip_diff"),
             "flip_rise_ci": cell.get("flip_diff_ci"), "b": mcnemar["b"], "c": mcnemar["c"],
-            "p": mcnemar["p"], "alpha_each": alpha_each,
-            "failed_checks": sorted(r["check"] for r in checks["results"] if r["family"] == family
-                                    and r["check"] in REGRESSION_CHECKS and r["decision"] == "fail"),
-            "caught": any(r["check"] in REGRESSION_CHECKS and r["family"] == family and r["decision"] == "fail"
-                          for r in checks["results"]),
+            "p": mcnemar["p"], "alpha_each": alpha_each, "failed_checks": failed, "caught": bool(failed),
             "detected": mcnemar["p"] < alpha_each and mcnemar["b"] > mcnemar["c"]}
 
 

@@ -239,10 +239,10 @@ def regression_limits(gate, family: str, cell: Mapping[str, Any] | None = None) 
     ``max_regression`` (accuracy) for every family, ``max_flip_regression`` (flip rate) too for a
     meaning-preserving one. With its baseline ``cell``, only the limits it has groups for; a limit the
     file unsets is left out."""
-    from laya_robustness.families import get_family
+    from laya_robustness.metrics.baseline import compares_flips
 
     limits = {"max_regression": gate.max_regression}
-    if get_family(family).kind == "invariance":
+    if compares_flips(family):
         limits["max_flip_regression"] = gate.max_flip_regression
     if cell is not None:
         if not cell.get("n_groups"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from laya_robustness.families import FLAT, Family, declared, get_family
+from laya_robustness.families import FLAT, Family, get_family
 from laya_robustness.metrics import rounded
 from laya_robustness.metrics.accuracy import (
     balanced_accuracy,
@@ -57,12 +57,18 @@ def _canonical(records: Iterable[Any]) -> list[Record]:
     return out
 
 
+def _declaration(family: str) -> Family | None:
+    """The family's declaration, or None for a family no module declares."""
+    try:
+        return get_family(family)
+    except KeyError:
+        return None
+
+
 def block_of(family: str) -> str:
     """The summary block a family is reported in (an undeclared family goes to the flat block)."""
-    try:
-        return get_family(family).block
-    except KeyError:
-        return FLAT
+    decl = _declaration(family)
+    return decl.block if decl else FLAT
 
 
 def flat_records(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -265,9 +271,8 @@ def summarize(
     orig = orig_by_group(r for r in records if r.family == ORIG)
     boot = {"seed": seed, "n_boot": n_boot, "n_boot_ece": n_boot_ece}
     out: dict[str, Any] = {"meta": dict(meta or {}), "bootstrap": {**boot, "level": 0.95}, "families": {}}
-    declarations = {f.name: f for f in declared()}
     for family, by_dataset in sorted(_cells(records).items()):
-        decl = declarations.get(family)
+        decl = _declaration(family)
         block = decl.block if decl else FLAT
         cells = out.setdefault(block, {}).setdefault(family, {})
         for dataset, rows in sorted(by_dataset.items()):
@@ -297,8 +302,7 @@ def family_cell(records: Iterable[Mapping[str, Any]], family: str, dataset: str,
     if not rows:
         raise KeyError(f"no records of {family}/{dataset}")
     boot = {"seed": seed, "n_boot": n_boot, "n_boot_ece": n_boot_ece}
-    decl = {f.name: f for f in declared()}.get(family)
-    return _family_cell(decl, family, dataset, rows, orig, boot, cache)
+    return _family_cell(_declaration(family), family, dataset, rows, orig, boot, cache)
 
 
 def summary_cell(summary: Mapping[str, Any], family: str, dataset: str) -> Mapping[str, Any]:

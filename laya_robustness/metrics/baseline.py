@@ -57,8 +57,27 @@ def _mcnemar(pairs: Sequence[tuple[bool, bool]]) -> dict:
     return {"n_pairs": len(pairs), "b": b, "c": c, "p": mcnemar_p(b, c)}
 
 
-def _paired_means(per_group: Mapping, cluster_of: Mapping, key: str, dataset: str, seed: int, n_boot: int) -> dict:
-    """Mean over groups of (current - baseline) group means, with its paired cluster-bootstrap 95% interval and SE."""
+def compares_flips(family: str) -> bool:
+    """Whether the comparison holds the family's flip-rate change: a declared meaning-preserving family."""
+    from laya_robustness.families import get_family
+
+    try:
+        return get_family(family).kind == "invariance"
+    except KeyError:  # a family no module declares
+        return False
+
+
+def _paired_means(items: Sequence[tuple[Mapping[str, Any], bool, bool]], key: str, dataset: str, seed: int,
+                  n_boot: int) -> dict:
+    """Over ``(record, now, before)`` items: the mean over groups of (current - baseline) group means, with its
+    paired cluster-bootstrap 95% interval and SE."""
+    per_group: dict = defaultdict(lambda: [[], []])
+    cluster_of: dict = {}
+    for r, now, before in items:
+        g = group_key(r)
+        per_group[g][0].append(now)
+        per_group[g][1].append(before)
+        cluster_of[g] = f"{r['dataset']}/{r['cluster']}"
     diffs = {g: sum(a) / len(a) - sum(b) / len(b) for g, (a, b) in per_group.items()}
     clusters = cluster_index(cluster_of.values())
     ids, values = [clusters[cluster_of[g]] for g in diffs], list(diffs.values())
@@ -72,14 +91,8 @@ def _paired_means(per_group: Mapping, cluster_of: Mapping, key: str, dataset: st
 def _cell(pairs, orig_now, orig_before, family: str, dataset: str, seed: int, n_boot: int,
           flips_apply: bool = False) -> dict:
     scored = [(r, s) for r, s in pairs if is_scored(r) and is_scored(s)]
-    per_group: dict = defaultdict(lambda: [[], []])
-    cluster_of: dict = {}
-    for r, s in scored:
-        g = group_key(r)
-        per_group[g][0].append(is_correct(r))
-        per_group[g][1].append(is_correct(s))
-        cluster_of[g] = f"{r['dataset']}/{r['cluster']}"
-    acc = _paired_means(per_group, cluster_of, "baseline/" + family, dataset, seed, n_boot)
+    acc = _paired_means([(r, is_correct(r), is_correct(s)) for r, s in scored], "baseline/" + family, dataset,
+                        seed, n_boot)
 
     def flipped(r, orig):
         o = orig.get(group_key(r))
@@ -97,14 +110,8 @@ def _cell(pairs, orig_now, orig_before, family: str, dataset: str, seed: int, n_
         "mcnemar_flip": _mcnemar(flips),
     }
     if flips_apply:
-        per_group_flips: dict = defaultdict(lambda: [[], []])
-        flip_cluster_of: dict = {}
-        for (r, s), (now, before) in zip(comparable, flips):
-            g = group_key(r)
-            per_group_flips[g][0].append(now)
-            per_group_flips[g][1].append(before)
-            flip_cluster_of[g] = f"{r['dataset']}/{r['cluster']}"
-        flip = _paired_means(per_group_flips, flip_cluster_of, "baseline-flip/" + family, dataset, seed, n_boot)
+        flip = _paired_means([(r, now, before) for (r, _), (now, before) in zip(comparable, flips)],
+                             "baseline-flip/" + family, dataset, seed, n_boot)
         out.update({"n_flip_groups": flip["n_groups"], "flip_diff": flip["diff"], "flip_diff_ci": flip["ci"],
                     "flip_diff_se": flip["se"]})
     return out
@@ -120,10 +127,7 @@ def _group_mean(pairs, side: int) -> float | None:
 def baseline_block(records: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]], *, seed: int = 0,
                    n_boot: int = 1000) -> dict:
     """``{family: {dataset | "all": cell}}`` over the families both runs scored (see the module doc)."""
-    from laya_robustness.families import family_names, get_family
-
-    known = set(family_names())
-    invariance = {f for f in {r["family"] for r in records} if f in known and get_family(f).kind == "invariance"}
+    invariance = {f for f in {r["family"] for r in records} if compares_flips(f)}
     orig_now = orig_by_group(r for r in records if r["family"] == "orig")
     orig_before = orig_by_group(r for r in baseline if r["family"] == "orig")
     by_cell: dict = defaultdict(list)
