@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from laya_robustness.families import FLAT, Family, get_family
+from laya_robustness.families import FLAT, Family, find_family
 from laya_robustness.metrics import rounded
 from laya_robustness.metrics.accuracy import (
     balanced_accuracy,
@@ -57,17 +57,9 @@ def _canonical(records: Iterable[Any]) -> list[Record]:
     return out
 
 
-def _declaration(family: str) -> Family | None:
-    """The family's declaration, or None for a family no module declares."""
-    try:
-        return get_family(family)
-    except KeyError:
-        return None
-
-
 def block_of(family: str) -> str:
     """The summary block a family is reported in (an undeclared family goes to the flat block)."""
-    decl = _declaration(family)
+    decl = find_family(family)
     return decl.block if decl else FLAT
 
 
@@ -272,7 +264,7 @@ def summarize(
     boot = {"seed": seed, "n_boot": n_boot, "n_boot_ece": n_boot_ece}
     out: dict[str, Any] = {"meta": dict(meta or {}), "bootstrap": {**boot, "level": 0.95}, "families": {}}
     for family, by_dataset in sorted(_cells(records).items()):
-        decl = _declaration(family)
+        decl = find_family(family)
         block = decl.block if decl else FLAT
         cells = out.setdefault(block, {}).setdefault(family, {})
         for dataset, rows in sorted(by_dataset.items()):
@@ -302,7 +294,7 @@ def family_cell(records: Iterable[Mapping[str, Any]], family: str, dataset: str,
     if not rows:
         raise KeyError(f"no records of {family}/{dataset}")
     boot = {"seed": seed, "n_boot": n_boot, "n_boot_ece": n_boot_ece}
-    return _family_cell(_declaration(family), family, dataset, rows, orig, boot, cache)
+    return _family_cell(find_family(family), family, dataset, rows, orig, boot, cache)
 
 
 def summary_cell(summary: Mapping[str, Any], family: str, dataset: str) -> Mapping[str, Any]:

@@ -190,6 +190,12 @@ def get_family(name: str) -> Family:
         raise KeyError(f"unknown family {name!r}{hint} (known: {', '.join(sorted(_REGISTRY))})") from None
 
 
+def find_family(name: str) -> Family | None:
+    """The declaration of ``name``, or None for a family no module declares (records may name one)."""
+    _load_builtin()
+    return _REGISTRY.get(name)
+
+
 def get_builder(name: str) -> Builder:
     """The builder of family ``name`` (unknown names raise as in :func:`get_family`)."""
     return get_family(name).build

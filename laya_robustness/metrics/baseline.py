@@ -59,12 +59,10 @@ def _mcnemar(pairs: Sequence[tuple[bool, bool]]) -> dict:
 
 def compares_flips(family: str) -> bool:
     """Whether the comparison holds the family's flip-rate change: a declared meaning-preserving family."""
-    from laya_robustness.families import get_family
+    from laya_robustness.families import find_family
 
-    try:
-        return get_family(family).kind == "invariance"
-    except KeyError:  # a family no module declares
-        return False
+    decl = find_family(family)
+    return decl is not None and decl.kind == "invariance"
 
 
 def _paired_means(items: Sequence[tuple[Mapping[str, Any], bool, bool]], key: str, dataset: str, seed: int,

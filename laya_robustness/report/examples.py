@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from laya_robustness.families import build_variants, get_family
+from laya_robustness.families import build_variants, find_family, get_family
 from laya_robustness.metrics.accuracy import group_key, is_correct, is_scored, orig_by_group
 from laya_robustness.records import ORIG
 from laya_robustness.report.curves import family_order
@@ -47,11 +47,8 @@ class Example:
 
 
 def _flip_metric(family: str):
-    try:
-        decl = get_family(family)
-    except KeyError:
-        return None
-    return next((h for h in decl.headline if h.key == "flip"), None)
+    decl = find_family(family)
+    return next((h for h in decl.headline if h.key == "flip"), None) if decl else None
 
 
 def confidence(record: Mapping[str, Any]) -> float:

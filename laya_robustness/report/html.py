@@ -11,7 +11,7 @@ import html
 import io
 from typing import Any, Mapping, Sequence
 
-from laya_robustness.families import FLAT, get_family
+from laya_robustness.families import FLAT, find_family
 from laya_robustness.metrics.accuracy import answer_of, is_correct, is_scored
 from laya_robustness.records import OPEN
 from laya_robustness.report import plots
@@ -192,10 +192,8 @@ def _examples(report: Report) -> str:
         return "<p>No row flipped.</p>"
     parts = []
     for family, examples in report.examples.items():
-        try:
-            summary = get_family(family).summary
-        except KeyError:
-            summary = ""
+        decl = find_family(family)
+        summary = decl.summary if decl else ""
         how = HOW[examples[0].how]
         parts.append(f'<h3 id="ex-{e(family)}">{e(family)} <span class="muted">— {e(summary)}; shown: {e(how)}'
                      f'</span></h3><div class="examples">{"".join(_example(x, report.rows) for x in examples)}</div>')
