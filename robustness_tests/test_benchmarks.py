@@ -98,7 +98,7 @@ def test_smolvlm_256m_shaped_throughput(benchmark, robustness, device, path, tmp
     root = tmp_path_factory.getbasetemp() / "smolvlm-256m-shaped"
     model = root if (root / "config.json").exists() else build_256m_shaped(root)
     started = time.perf_counter()
-    scorer = load_scorer("hf", str(model), device=device, batch_size=robustness.batch_size)
+    scorer = load_scorer("hf", str(model), device=device, batch_size=robustness.settings.batch_size)
     load_s = time.perf_counter() - started
     rows = workload()
     assert len(rows) > 30 and len({r.group_id for r in rows}) == 6
