@@ -4,7 +4,8 @@
 timed function. Each scorer benchmark starts every round from empty caches (a fresh copy of the
 scorer, made outside the timing), so it pays image preprocessing and vision encodes as a run does,
 and records rows/s, the scorer's counters and the ratio to the per-option path in its extra_info.
-The SmolVLM-256M-shaped workload is marked ``slow``.
+The SmolVLM-256M-shaped workload is marked ``slow``. The attention-mask benchmark times the one-pass
+masks of a batch of real-photo-length prompts on the run's device.
 """
 
 import time
@@ -12,10 +13,13 @@ import time
 import pytest
 
 from laya_robustness.families import FLAT, build_variants, families_in
+from laya_robustness.scoring import layout
 
 FLAT_FAMILIES = tuple(f.name for f in families_in(FLAT) if f.name != "orig")
 
 BENCH_ROWS = 32
+#: Prompt tokens of a photo row for SmolVLM-256M: 17 tiles (4 x 4 and the whole image) x 64 image tokens + text.
+PHOTO_PROMPT_TOKENS = 17 * 64 + 40
 PATHS = ("batch", "per_option", "predict_cached", "predict_uncached")
 
 
@@ -118,3 +122,27 @@ def test_variant_build_time(benchmark, robustness, family):
     if benchmark.stats:
         benchmark.extra_info["source_rows"] = len(rows)
         benchmark.extra_info["variants"] = len(variants)
+
+
+def test_attention_mask_build_time(benchmark, robustness, device):
+    """Time to build the one-pass additive attention mask of ``batch_size`` four-option photo rows on the device."""
+    import numpy as np
+    import torch
+
+    n = PHOTO_PROMPT_TOKENS
+    prompt = layout.Prompt(tuple(range(1, n + 1)), np.arange(n)[None], np.full(n, -1))
+    seqs = [layout.pack(prompt, [[7] * (2 + (i + j) % 3) for j in range(4)])
+            for i in range(robustness.settings.batch_size)]
+    batch = layout.collate(seqs, pad_id=0)
+
+    def build():
+        return layout.additive_mask(layout.allowed(batch, device=device), torch.float32)
+
+    mask = benchmark.pedantic(_synchronised(build, device), rounds=5, iterations=1)
+    b, s = batch.ids.shape
+    assert tuple(mask.shape) == (b, 1, s, s) and str(mask.device).startswith(str(device).split(":")[0])
+    # each option's last fed token sees the whole prompt and its own tokens, never another option's
+    seen = mask[0, 0, len(seqs[0]) - 1] == 0
+    assert int(seen.sum()) == n + len(seqs[0].targets[-1]) - 1
+    if benchmark.stats:
+        benchmark.extra_info.update(rows=b, tokens=s, mask_mb=round(mask.numel() * mask.element_size() / 2**20, 1))

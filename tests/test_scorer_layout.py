@@ -71,6 +71,19 @@ def test_continuation_queries_see_the_cached_prompt_and_their_own_tokens():
     assert ok[0].tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
 
 
+def test_masks_are_built_on_the_requested_device():
+    """Only the (B, S) index arrays leave the host: on the meta device (no data) every step must run there."""
+    import torch
+
+    batch = collate([pack(_prompt(2), [[5]]), pack(_prompt(4), [[5, 6], [7]])], pad_id=0)  # row 0 padded
+    ok = allowed(batch, query_start=1, window=2, device="meta")
+    mask = layout.additive_mask(ok, torch.bfloat16)
+    assert ok.device.type == mask.device.type == "meta"
+    assert tuple(mask.shape) == (2, 1, 4, 5) and mask.dtype == torch.bfloat16
+    cpu = layout.additive_mask(allowed(batch, query_start=1, window=2), torch.bfloat16)
+    assert tuple(cpu.shape) == tuple(mask.shape) and cpu.dtype == mask.dtype
+
+
 def test_a_prompt_that_does_not_fit_its_positions_is_refused():
     with pytest.raises(ValueError, match="do not fit"):
         Prompt(ids=(1, 2), positions=np.arange(3)[None], blocks=np.full(2, -1))

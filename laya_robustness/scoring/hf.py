@@ -256,12 +256,11 @@ class HFVLMScorer:
     # -- the language model ---------------------------------------------------------------------
 
     def _masks(self, batch: layout.Batch, dtype, query_start: int = 0):
-        ok = layout.allowed(batch, query_start)
-        full = layout.additive_mask(ok, dtype, self.device)
+        full = layout.additive_mask(layout.allowed(batch, query_start, device=self.device), dtype)
         window = self.adapter.sliding_window()
         if window is None:
             return full
-        sliding = layout.additive_mask(layout.allowed(batch, query_start, window), dtype, self.device)
+        sliding = layout.additive_mask(layout.allowed(batch, query_start, window, self.device), dtype)
         return {"full_attention": full, "sliding_attention": sliding}
 
     def _embed(self, batch: layout.Batch, seqs: Sequence[PreparedRow], features: dict):

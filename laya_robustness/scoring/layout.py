@@ -110,30 +110,38 @@ def collate(seqs: list[Packed], pad_id: int) -> Batch:
     return out
 
 
-def allowed(batch: Batch, query_start: int = 0, window: int | None = None) -> np.ndarray:
-    """(B, Q, K) bool: may query q (from ``query_start`` on) attend to key k (every position)."""
+def allowed(batch: Batch, query_start: int = 0, window: int | None = None, device="cpu"):
+    """(B, Q, K) bool torch tensor on ``device``: may query q (from ``query_start`` on) attend to key k (every
+    position). Built on the device from the (B, S) index arrays: a (B, S, S) mask is large for long prompts
+    (16 rows of 1,200 tokens: 23M entries), too large to build on the host and copy for every forward."""
+    import torch
+
+    def on_device(a: np.ndarray):
+        return torch.from_numpy(a).to(device)
+
+    valid, segments, logical, blocks = (on_device(a) for a in (batch.valid, batch.segments, batch.logical,
+                                                               batch.blocks))
     q = slice(query_start, None)
-    seg_q, seg_k = batch.segments[:, q, None], batch.segments[:, None, :]
-    log_q, log_k = batch.logical[:, q, None], batch.logical[:, None, :]
-    blk_q, blk_k = batch.blocks[:, q, None], batch.blocks[:, None, :]
+    seg_q, seg_k = segments[:, q, None], segments[:, None, :]
+    log_q, log_k = logical[:, q, None], logical[:, None, :]
+    blk_q, blk_k = blocks[:, q, None], blocks[:, None, :]
     same_block = (blk_q == blk_k) & (blk_q >= 0)
-    ok = batch.valid[:, None, :] & ((seg_k == 0) | (seg_k == seg_q)) & ((log_k <= log_q) | same_block)
+    ok = valid[:, None, :] & ((seg_k == 0) | (seg_k == seg_q)) & ((log_k <= log_q) | same_block)
     if window is not None:
         ok &= (log_q - log_k) < window
     # a padding query attends to itself only, so no softmax row is empty
     pad_q = ~batch.valid[:, q]
     if pad_q.any():
-        eye = np.zeros_like(ok)
-        idx = np.arange(ok.shape[1])
-        eye[:, idx, idx + query_start] = True
-        ok = np.where(pad_q[:, :, None], eye, ok)
+        rows, queries = np.nonzero(pad_q)
+        ok[on_device(rows), on_device(queries)] = False
+        ok[on_device(rows), on_device(queries), on_device(queries + query_start)] = True
     return ok
 
 
-def additive_mask(ok: np.ndarray, dtype, device):
-    """(B, 1, Q, K) float mask for eager / sdpa attention: 0 where allowed, the dtype's minimum elsewhere."""
+def additive_mask(ok, dtype):
+    """(B, 1, Q, K) float mask for eager / sdpa attention from ``allowed``'s bool mask, on its device: 0 where
+    allowed, the dtype's minimum elsewhere."""
     import torch
 
-    allowed_t = torch.from_numpy(ok).to(device)[:, None]
-    zero = torch.zeros((), dtype=dtype, device=device)
-    return torch.where(allowed_t, zero, torch.finfo(dtype).min)
+    zero = torch.zeros((), dtype=dtype, device=ok.device)
+    return torch.where(ok[:, None], zero, torch.finfo(dtype).min)
