@@ -149,3 +149,26 @@ def test_each_distinct_image_is_encoded_once(scorer, rows):
     assert fresh.stats["vision_encodes"] == len(distinct)  # CPU: the predict path reuses the batch path's fp32
     assert fresh.stats["image_preprocess"] == len(distinct)
     assert fresh.stats["rows"] == 2 * len(source) + len(variants)
+
+
+def test_each_image_is_preprocessed_once_when_the_pixels_outgrow_the_cache(scorer, rows):
+    """With a pixel cache of two images, each call is cut into windows scored before the next is prepared,
+    and a new question on an image whose pixels were dropped reuses the image's prompt layout: every image
+    group is still preprocessed once, and the scores equal those of a scorer that keeps all pixels."""
+    from laya_robustness.scoring.cache import tensor_bytes
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    calls = [rows, build_variants("shift", rows, seed=0), build_variants("option_order", rows, seed=0)]
+    groups = {tuple(image_digest(im) for im in g): g for call in calls for r in call
+              for g in scorer.adapter.image_groups(r.images)}
+    sizes = {k: tensor_bytes(scorer.adapter.process_group(g)[0]) for k, g in groups.items()}
+    tight = HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
+                        pixel_cache_bytes=2 * max(sizes.values()))
+    roomy = scorer.replaced()
+    for call in calls:
+        for a, b in zip(tight.score_batch(call), roomy.score_batch(call), strict=True):
+            np.testing.assert_allclose(a, b, atol=TOLERANCE, rtol=0)
+    shift_groups = {tuple(image_digest(im) for im in g) for r in calls[1] for g in scorer.adapter.image_groups(r.images)}
+    assert sum(sizes[k] for k in shift_groups) > tight._pixels.max_bytes  # one call's pixels outgrow the cache
+    assert tight._pixels.evictions > 0
+    assert tight.stats["image_preprocess"] == roomy.stats["image_preprocess"] == len(groups)

@@ -100,6 +100,9 @@ def test_byte_lru_evicts_the_least_recently_used_and_skips_oversized_entries():
     assert "b" not in store and "a" in store and "c" in store and store.nbytes == 8 and store.evictions == 1
     store.put("huge", 4, nbytes=11)
     assert "huge" not in store and store.nbytes == 8
+    assert store.touch("a") == 4 and store.touch("b") is None  # touch: a is the most recent again
+    store.put("d", 5, nbytes=4)
+    assert "c" not in store and "a" in store and "d" in store
     with pytest.raises(ValueError):
         ByteLRU(-1)
 

@@ -79,6 +79,13 @@ class ByteLRU:
         self._items.move_to_end(key)
         return self._items[key][0]
 
+    def touch(self, key: Hashable) -> int | None:
+        """Mark an entry as just used and return its bytes (None when it is not held)."""
+        if key not in self._items:
+            return None
+        self._items.move_to_end(key)
+        return self._items[key][1]
+
     def put(self, key: Hashable, value: Any, nbytes: int | None = None) -> None:
         size = tensor_bytes(value) if nbytes is None else int(nbytes)
         if key in self._items:

@@ -15,8 +15,10 @@ module runs the paths:
 
 Images are preprocessed once per content (sha256 of mode, size and pixels) and encoded once per
 content and precision; both stores are LRUs bounded by bytes (``cache.DEFAULT_*_CACHE_BYTES``).
+A batch-path call is scored in windows whose pixels fit half the pixel cache, and an image's prompt
+layout outlives its pixels, so large images are not preprocessed again when the cache is full.
 Templated prompts and tokenized texts are cached per text. ``stats`` counts rows, forwards,
-vision encodes and cache hits.
+vision encodes, preprocessed image groups and cache hits.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import copy
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -41,6 +43,8 @@ from laya_robustness.scoring.prompt import user_text
 
 PRECISIONS = ("auto", "fp32", "bf16")
 TEXT_CACHE_ENTRIES = 1 << 16
+#: Bound of the per-image prompt layouts (placeholder text, grid sizes): about 7 KB for a 13-tile SmolVLM photo.
+LAYOUT_CACHE_BYTES = 256 << 20
 STAT_KEYS = ("rows", "forwards", "sequences", "tokens", "vision_encodes", "vision_forwards", "feature_cache_hits",
              "image_preprocess", "pixel_cache_hits", "prompt_cache_hits")
 
@@ -109,6 +113,7 @@ class HFVLMScorer:
         self.stats = {k: 0 for k in STAT_KEYS}
         self._feature_store = ByteLRU(self._cache_bytes[0])
         self._pixels = ByteLRU(self._cache_bytes[1])
+        self._layouts = ByteLRU(LAYOUT_CACHE_BYTES)
         self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _TextCache()
 
     @classmethod
@@ -183,6 +188,16 @@ class HFVLMScorer:
         self._pixels.put(key, entry, tensor_bytes(entry[0]))
         return entry
 
+    def _image_layout(self, key: tuple[str, ...], images: tuple) -> tuple[dict, list[str]]:
+        """What a prompt needs of an image group (its placeholder text and ``layout_inputs``), kept after its
+        pixels leave the pixel cache, so a new question on a known image does not preprocess it again."""
+        layout_entry = self._layouts.get(key)
+        if layout_entry is None:
+            tensors, replacements = self._image_entry(key, images)
+            layout_entry = ({name: tensors[name] for name in self.adapter.layout_inputs}, replacements)
+            self._layouts.put(key, layout_entry, tensor_bytes(layout_entry[0]) + sum(map(len, replacements)))
+        return layout_entry
+
     def _ids(self, text: str, answer: bool = False) -> list[int]:
         ids, _ = self._token_ids.lookup((answer, text), lambda: (
             self.adapter.tokenize_answer(text) if answer else self.adapter.tokenize_prompt(text)))
@@ -190,7 +205,7 @@ class HFVLMScorer:
 
     def _prompt(self, text: str, keys: tuple, groups: list[tuple]) -> layout.Prompt:
         """The prompt of a templated text with these image groups: expanded, tokenized, positioned."""
-        entries = [self._image_entry(k, g) for k, g in zip(keys, groups)]
+        entries = [self._image_layout(k, g) for k, g in zip(keys, groups)]
         ids = self._ids(self.adapter.expand(text, [r for _, reps in entries for r in reps]))
         return layout.Prompt(tuple(ids), self.adapter.prompt_positions(ids, [t for t, _ in entries]),
                              self.adapter.prompt_blocks(ids))
@@ -352,28 +367,61 @@ class HFVLMScorer:
         order = sorted(range(len(prepared)), key=lambda i: length[i])
         return [order[i:i + rows_per_forward] for i in range(0, len(order), rows_per_forward)]
 
+    def _windows(self, rows: Sequence[Row], path: str) -> Iterator[list[tuple[int, PreparedRow]]]:
+        """(index, prepared row) in row order, in windows whose pixels still to encode fit half the pixel cache.
+
+        The caller scores a window before the next is prepared, so the pixels a window preprocessed are
+        still cached when its buckets encode them: an image is preprocessed once per call, not again when
+        a call's pixels outgrow the cache (a SmolVLM photo of 13 tiles is 65 MiB of pixels and mask; a
+        batch-path chunk is 256 rows). Where the pixels fit, or no pixel cache is kept, the call is one window.
+        """
+        mode, budget = self._mode(path), self._pixels.max_bytes // 2
+        window: list[tuple[int, PreparedRow]] = []
+        held, counted = 0, set()
+        for i, row in enumerate(rows):
+            prepared = self._guarded([row], lambda row=row: self.prepare(row))
+            keys: dict = {}
+            for key, group in zip(prepared.groups, self.adapter.image_groups(row.images)):
+                if budget and key not in counted and key not in keys and (key, mode) not in self._feature_store:
+                    size = self._pixels.touch(key)
+                    if size is None:
+                        size = tensor_bytes(self._guarded([row], lambda: self._image_entry(key, group))[0])
+                    keys[key] = size
+            need = sum(keys.values())
+            if window and held + need > budget:
+                yield window
+                window, held, counted = [], 0, set()
+                for key in keys:  # scoring the window touched its own pixels: make this row's the newest again
+                    self._pixels.touch(key)
+            window.append((i, prepared))
+            held += need
+            counted.update(keys)
+        if window:
+            yield window
+
     def _score_rows(self, rows: Sequence[Row], one_pass: bool) -> list[np.ndarray]:
-        prepared = self._guarded(rows, lambda: [self.prepare(r) for r in rows])
         shown: list = [None] * len(rows)
-        for chunk in self._buckets(prepared, self.batch_size):
-            chunk_rows = [rows[i] for i in chunk]
+        for window in self._windows(rows, "batch"):
+            prepared = [p for _, p in window]
+            for chunk in self._buckets(prepared, self.batch_size):
+                chunk_rows = [rows[window[i][0]] for i in chunk]
 
-            def work(chunk=chunk, chunk_rows=chunk_rows):
-                chunk_prepared = [prepared[i] for i in chunk]
-                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch")
-                if one_pass:
-                    items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
-                    return self._score_sequences(items, features, "batch")
-                items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
-                flat = self._score_sequences(items, features, "batch")
-                out, k = [], 0
-                for p in chunk_prepared:
-                    out.append([s[0] for s in flat[k:k + len(p.options)]])
-                    k += len(p.options)
-                return out
+                def work(chunk=chunk, chunk_rows=chunk_rows):
+                    chunk_prepared = [prepared[i] for i in chunk]
+                    features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch")
+                    if one_pass:
+                        items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
+                        return self._score_sequences(items, features, "batch")
+                    items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
+                    flat = self._score_sequences(items, features, "batch")
+                    out, k = [], 0
+                    for p in chunk_prepared:
+                        out.append([s[0] for s in flat[k:k + len(p.options)]])
+                        k += len(p.options)
+                    return out
 
-            for i, scores in zip(chunk, self._guarded(chunk_rows, work)):
-                shown[i] = scores
+                for i, scores in zip(chunk, self._guarded(chunk_rows, work)):
+                    shown[window[i][0]] = scores
         self.stats["rows"] += len(rows)
         return [to_label_order(r, s) for r, s in zip(rows, shown)]
 

@@ -32,6 +32,8 @@ class Adapter:
     bidirectional_images = False
     #: Apply ``text_config.final_logit_softcapping`` after the LM head, as the model's own forward does.
     softcap_logits = False
+    #: The processor outputs ``prompt_positions`` reads (kept per image after its pixels are dropped).
+    layout_inputs: tuple[str, ...] = ()
 
     def __init__(self, model, processor):
         self.model, self.processor = model, processor

@@ -12,6 +12,7 @@ class Qwen2VLAdapter(Adapter):
 
     name = "qwen2_vl"
     model_types = ("qwen2_vl", "qwen2_5_vl")
+    layout_inputs = ("image_grid_thw",)
 
     def prompt_positions(self, ids, groups):
         import torch
