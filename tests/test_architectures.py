@@ -172,3 +172,28 @@ def test_each_image_is_preprocessed_once_when_the_pixels_outgrow_the_cache(score
     assert sum(sizes[k] for k in shift_groups) > tight._pixels.max_bytes  # one call's pixels outgrow the cache
     assert tight._pixels.evictions > 0
     assert tight.stats["image_preprocess"] == roomy.stats["image_preprocess"] == len(groups)
+
+
+def test_source_features_outlive_a_pass_of_image_variants(scorer, rows):
+    """A feature store with room for twice the source images' features: after the sources, their option_order
+    variants and an image family whose new images outgrow the store, another text family encodes nothing (the
+    sources were asked for twice, so the variants' pass cycles through the store's probation around them)."""
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    probe = scorer.replaced()
+    probe.score_batch(rows)
+    source_bytes = probe._feature_store.nbytes
+    shifted = build_variants("shift", rows, seed=0)
+    probe.score_batch(shifted)
+    tight = HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
+                        feature_cache_bytes=2 * source_bytes)
+    assert probe._feature_store.nbytes > tight._feature_store.max_bytes  # the shifted images alone outgrow it
+    for call in (rows, build_variants("option_order", rows, seed=0), shifted):
+        tight.score_batch(call)
+    assert tight._feature_store.evictions > 0
+    encoded = tight.stats["vision_encodes"]
+    text = build_variants("text", rows, seed=0)
+    assert any(r.images for r in text)
+    for a, b in zip(tight.score_batch(text), probe.score_batch(text), strict=True):
+        np.testing.assert_allclose(a, b, atol=TOLERANCE, rtol=0)
+    assert tight.stats["vision_encodes"] == encoded

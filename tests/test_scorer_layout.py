@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from laya_robustness.scoring import cache, layout
-from laya_robustness.scoring.cache import ByteLRU, image_digest
+from laya_robustness.scoring.cache import ByteLRU, SegmentedLRU, image_digest
 from laya_robustness.scoring.layout import Prompt, allowed, collate, pack
 
 
@@ -105,6 +105,27 @@ def test_byte_lru_evicts_the_least_recently_used_and_skips_oversized_entries():
     assert "c" not in store and "a" in store and "d" in store
     with pytest.raises(ValueError):
         ByteLRU(-1)
+
+
+def test_segmented_lru_keeps_entries_asked_for_twice_through_a_scan_of_new_ones():
+    store = SegmentedLRU(max_bytes=40, protected_share=0.5)
+    for key in "ab":
+        store.put(key, key.upper(), nbytes=10)
+        assert store.get(key) == key.upper()  # asked for again: protected (20 of its 20 bytes)
+    for i in range(50):  # a scan of new entries cycles through probation's 20 bytes
+        store.put(i, i, nbytes=10)
+    assert "a" in store and "b" in store and 48 in store and 49 in store and len(store) == 4
+    assert store.nbytes == 40 and store.protected_bytes == 20 and store.evictions == 48
+    assert store.get(48) == 48  # promoted: protected is over its share, so its least recent (a) falls back
+    assert store.protected_bytes == 20 and store.touch("a") == 10
+    store.put("c", "C", nbytes=10)  # probation (49, a, c) is over: its least recent, 49, goes
+    assert 49 not in store and all(k in store for k in ("a", "b", "c", 48)) and store.evictions == 49
+    store.put("huge", 0, nbytes=41)
+    assert "huge" not in store and store.nbytes <= 40
+    store.put("b", "B2", nbytes=10)  # replacing a protected entry keeps the byte counts right
+    assert store.get("b") == "B2" and store.nbytes == 10 * len(store) == 40 and store.protected_bytes == 20
+    with pytest.raises(ValueError):
+        SegmentedLRU(10, protected_share=1.5)
 
 
 def test_image_digest_keys_pixels_size_and_mode():

@@ -1,4 +1,6 @@
-"""Content keys for images and a least-recently-used store bounded by bytes (processed pixels, vision features).
+"""Content keys for images and least-recently-used stores bounded by bytes (processed pixels, vision features).
+
+The vision features' store is segmented, so that a pass over many new images does not flush the ones reused.
 
 Example::
 
@@ -88,17 +90,95 @@ class ByteLRU:
 
     def put(self, key: Hashable, value: Any, nbytes: int | None = None) -> None:
         size = tensor_bytes(value) if nbytes is None else int(nbytes)
-        if key in self._items:
-            self.nbytes -= self._items.pop(key)[1]
+        self._discard(key)
         if size > self.max_bytes:
             return
         self._items[key] = (value, size)
         self.nbytes += size
         while self.nbytes > self.max_bytes:
-            _, (_, dropped) = self._items.popitem(last=False)
-            self.nbytes -= dropped
+            self.nbytes -= self._evict_one()
             self.evictions += 1
+
+    def _discard(self, key: Hashable) -> None:
+        if key in self._items:
+            self.nbytes -= self._items.pop(key)[1]
+
+    def _evict_one(self) -> int:
+        """Drop the entry to evict next (the least recently used); its bytes."""
+        return self._items.popitem(last=False)[1][1]
 
     def clear(self) -> None:
         self._items.clear()
         self.nbytes = 0
+
+
+class SegmentedLRU(ByteLRU):
+    """A ByteLRU in two segments (SLRU): a new entry enters *probation*; one asked for again while held moves to
+    *protected* (at most ``protected_share`` of the bytes; its least recent entries fall back to probation).
+    Evictions take probation's least recent entries first.
+
+    A pass over many new entries (an image family's variants) then cycles through probation and leaves
+    the entries asked for again (the source images every family reuses) in place, where plain LRU
+    flushes them. Protected entries that stop being used fall back to probation as others are promoted.
+
+    >>> store = SegmentedLRU(max_bytes=12, protected_share=0.5)
+    >>> store.put("a", "a", nbytes=4); _ = store.get("a")      # asked for again: protected
+    >>> for key in "bcde":                                       # a scan of new entries
+    ...     store.put(key, key, nbytes=4)
+    >>> [k for k in "abcde" if k in store]
+    ['a', 'd', 'e']
+    """
+
+    def __init__(self, max_bytes: int, protected_share: float = 0.8):
+        super().__init__(max_bytes)
+        if not 0 <= protected_share <= 1:
+            raise ValueError(f"protected_share must be in [0, 1], got {protected_share}")
+        self.protected_max = int(max_bytes * protected_share)
+        self.protected_bytes = 0
+        self._protected: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()  # self._items is probation
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._protected or key in self._items
+
+    def __len__(self) -> int:
+        return len(self._protected) + len(self._items)
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        if key in self._protected:
+            self._protected.move_to_end(key)
+            return self._protected[key][0]
+        if key not in self._items:
+            return default
+        value, size = self._items.pop(key)
+        self._protected[key] = (value, size)
+        self.protected_bytes += size
+        while self.protected_bytes > self.protected_max and self._protected:
+            old, (old_value, old_size) = self._protected.popitem(last=False)
+            self.protected_bytes -= old_size
+            self._items[old] = (old_value, old_size)
+        return value
+
+    def touch(self, key: Hashable) -> int | None:
+        if key in self._protected:
+            self._protected.move_to_end(key)
+            return self._protected[key][1]
+        return super().touch(key)
+
+    def _discard(self, key: Hashable) -> None:
+        if key in self._protected:
+            old = self._protected.pop(key)[1]
+            self.nbytes, self.protected_bytes = self.nbytes - old, self.protected_bytes - old
+        super()._discard(key)
+
+    def _evict_one(self) -> int:
+        """Probation's least recent entry, never the entry just put; protected's once probation holds only it."""
+        if len(self._items) > 1 or not self._protected:
+            return super()._evict_one()
+        dropped = self._protected.popitem(last=False)[1][1]
+        self.protected_bytes -= dropped
+        return dropped
+
+    def clear(self) -> None:
+        super().clear()
+        self._protected.clear()
+        self.protected_bytes = 0

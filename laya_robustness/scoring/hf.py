@@ -14,7 +14,8 @@ module runs the paths:
   the reference the one-pass batch path is held to.
 
 Images are preprocessed once per content (sha256 of mode, size and pixels) and encoded once per
-content and precision; both stores are LRUs bounded by bytes (``cache.DEFAULT_*_CACHE_BYTES``).
+content and precision; both stores are bounded by bytes (``cache.DEFAULT_*_CACHE_BYTES``), the
+features' a segmented LRU that an image family's many new variants do not flush.
 A batch-path call is scored in windows whose pixels fit half the pixel cache, and an image's prompt
 layout outlives its pixels, so large images are not preprocessed again when the cache is full.
 Templated prompts and tokenized texts are cached per text. ``stats`` counts rows, forwards,
@@ -36,7 +37,7 @@ from laya_robustness.rows import Row
 from laya_robustness.scoring import layout
 from laya_robustness.scoring.base import ModelLoadError, ScoringError, to_label_order
 from laya_robustness.scoring.cache import (DEFAULT_FEATURE_CACHE_BYTES, DEFAULT_PIXEL_CACHE_BYTES, ByteLRU,
-                                           image_digest, tensor_bytes)
+                                           SegmentedLRU, image_digest, tensor_bytes)
 from laya_robustness.scoring.loading import (load_model, load_processor, resolve_checkpoint, supported_adapter,
                                              weight_hashes)
 from laya_robustness.scoring.prompt import user_text
@@ -111,7 +112,7 @@ class HFVLMScorer:
 
     def _reset_caches(self) -> None:
         self.stats = {k: 0 for k in STAT_KEYS}
-        self._feature_store = ByteLRU(self._cache_bytes[0])
+        self._feature_store = SegmentedLRU(self._cache_bytes[0])
         self._pixels = ByteLRU(self._cache_bytes[1])
         self._layouts = ByteLRU(LAYOUT_CACHE_BYTES)
         self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _TextCache()
@@ -234,16 +235,21 @@ class HFVLMScorer:
 
     # -- vision features ------------------------------------------------------------------------
 
-    def _features(self, prepared: Sequence[PreparedRow], images: dict, path: str) -> dict:
-        """Features of every image group of these rows on the device, encoding only what no cache holds."""
+    def _features(self, prepared: Sequence[PreparedRow], images: dict, path: str, held: dict | None = None) -> dict:
+        """Features of every image group of these rows on the device, encoding only what neither ``held`` (the
+        features of the caller's current work: a window, one image's questions) nor the store holds; what
+        is encoded is added to both."""
         import torch
 
         mode = self._mode(path)
+        held = {} if held is None else held
         out, missing = {}, []
         for key in dict.fromkeys(k for p in prepared for k in p.groups):
-            cached = self._feature_store.get((key, mode))
+            cached = held.get(key)
+            if cached is None:
+                cached = self._feature_store.get((key, mode))
             if cached is not None:
-                out[key] = cached
+                out[key] = held[key] = cached
                 self.stats["feature_cache_hits"] += 1
             else:
                 missing.append(key)
@@ -261,7 +267,7 @@ class HFVLMScorer:
                 self.stats["vision_forwards"] += 1
                 for (key, _), f in zip(chunk, feats):
                     self.stats["vision_encodes"] += len(key)
-                    out[key] = f
+                    out[key] = held[key] = f
                     self._feature_store.put((key, mode), f)
         return out
 
@@ -402,13 +408,14 @@ class HFVLMScorer:
     def _score_rows(self, rows: Sequence[Row], one_pass: bool) -> list[np.ndarray]:
         shown: list = [None] * len(rows)
         for window in self._windows(rows, "batch"):
-            prepared = [p for _, p in window]
+            prepared, held = [p for _, p in window], {}
             for chunk in self._buckets(prepared, self.batch_size):
                 chunk_rows = [rows[window[i][0]] for i in chunk]
 
                 def work(chunk=chunk, chunk_rows=chunk_rows):
                     chunk_prepared = [prepared[i] for i in chunk]
-                    features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch")
+                    features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch",
+                                              held)
                     if one_pass:
                         items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
                         return self._score_sequences(items, features, "batch")
@@ -437,17 +444,18 @@ class HFVLMScorer:
 
     def score_predict(self, rows: Sequence[Row], use_cache: bool = True) -> list[np.ndarray]:
         """fp32 logits (label order) of the given rows (one image's questions) in one call."""
-        out = []
+        out, held = [], {}
         for row in rows:
-            out.append(self._guarded([row], lambda row=row: to_label_order(row, self._predict_one(row, use_cache))))
+            out.append(self._guarded([row], lambda row=row: to_label_order(row, self._predict_one(row, use_cache,
+                                                                                                  held))))
         self.stats["rows"] += len(rows)
         return out
 
-    def _predict_one(self, row: Row, use_cache: bool) -> list[float]:
+    def _predict_one(self, row: Row, use_cache: bool, held: dict | None = None) -> list[float]:
         import torch
 
         prepared = self.prepare(row)
-        features = self._features([prepared], self._images_by_key([row], [prepared]), "predict")
+        features = self._features([prepared], self._images_by_key([row], [prepared]), "predict", held)
         if not use_cache:
             return [s[0] for s in self._score_sequences([(prepared, (j,)) for j in range(len(prepared.options))],
                                                          features, "predict")]
