@@ -446,3 +446,15 @@ def test_offline_summary_equals_the_online_one(gate):
     offline = json.loads((gate.path / "offline.json").read_text())
     assert set(online["families"]) == {"orig", "option_order", "text", "image_shuffle", "text_only"}
     assert offline["families"] == online["families"] and offline["meta"] == online["meta"]
+
+
+def test_the_cache_bounds_reach_the_hf_scorer(gate):
+    gate.makepyfile(test_bounds="""
+def test_bounds(robustness):
+    scorer = robustness.scorer("cpu")
+    assert scorer._feature_store.max_bytes == 3 << 20 and scorer._pixels.max_bytes == 5 << 20
+""")
+    result = gate.runpytest("test_bounds.py", "--thresholds", "limits.toml", "--scorer", "hf",
+                            "--model", str(ROOT / "laya_fixtures" / "tiny-smolvlm"),
+                            "--feature-cache-mb", "3", "--pixel-cache-mb", "5")
+    result.assert_outcomes(passed=1)

@@ -157,6 +157,10 @@ OPTIONS = (
     Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition", _int(1)),
     Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'", parse_scorer),
     Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),
+    Option("--feature-cache-mb", "1024", "MiB of vision features the hf scorer keeps on the device, so each image is "
+           "encoded once for every family (a 13-tile SmolVLM-256M photo: 1.9 MiB); raise it for many images", _int(0)),
+    Option("--pixel-cache-mb", "1024", "MiB of preprocessed pixels the hf scorer keeps (a 13-tile SmolVLM photo: "
+           "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
     Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
            "file, a caption JSONL file or a directory of them"),
     Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
@@ -231,6 +235,8 @@ class Settings:
     invariance_rows: int
     scorer: str
     attn_implementation: str
+    feature_cache_mb: int
+    pixel_cache_mb: int
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None

@@ -285,7 +285,9 @@ class RobustnessSession:
                     from laya_robustness.scoring import load_scorer
 
                     scorer = load_scorer(s.scorer, model, device=device, precision=s.precision,
-                                         batch_size=s.batch_size, attn_implementation=s.attn_implementation)
+                                         batch_size=s.batch_size, attn_implementation=s.attn_implementation,
+                                         feature_cache_bytes=s.feature_cache_mb << 20,
+                                         pixel_cache_bytes=s.pixel_cache_mb << 20)
                 self._scorers[key] = scorer
                 self.identities[key] = dict(getattr(scorer, "identity", {}))
             except Exception as exc:  # any failure to load is the harness's, not the gate's
@@ -316,7 +318,7 @@ class RobustnessSession:
             scorer, s = self.scorer(device, source), self.settings
             settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
                         "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
-                        "attn_implementation": s.attn_implementation}
+                        "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
             folder = s.journal or self.report_dir / JOURNAL_DIR
             worker = getattr(self.config, "workerinput", {}).get("workerid")
             name = "".join(c if c.isalnum() or c in "-_" else "_" for c in key) + (f".{worker}" if worker else "")

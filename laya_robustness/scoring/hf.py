@@ -120,7 +120,8 @@ class HFVLMScorer:
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str = "cpu", precision: str = "auto",
                         batch_size: int = 16, attn_implementation: str = "eager",
-                        trust_remote_code: bool = False) -> "HFVLMScorer":
+                        trust_remote_code: bool = False, feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
+                        pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES) -> "HFVLMScorer":
         """Load a local directory or a hub id (local cache first) through the adapter of its architecture."""
         from transformers import AutoConfig
 
@@ -141,7 +142,7 @@ class HFVLMScorer:
         identity = {"model": str(name_or_path), "weights_sha256": weight_hashes(local) if local else {},
                     "attn_implementation": attn_implementation}
         return cls(model.to(device), processor, device=device, precision=precision, batch_size=batch_size,
-                   identity=identity)
+                   identity=identity, feature_cache_bytes=feature_cache_bytes, pixel_cache_bytes=pixel_cache_bytes)
 
     def replaced(self, *, model=None, precision: str | None = None) -> "HFVLMScorer":
         """A scorer like this one with another model (e.g. bf16 weights) or precision, and empty caches."""
