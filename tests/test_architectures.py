@@ -172,6 +172,11 @@ def test_each_image_is_preprocessed_once_when_the_pixels_outgrow_the_cache(score
     assert sum(sizes[k] for k in shift_groups) > tight._pixels.max_bytes  # one call's pixels outgrow the cache
     assert tight._pixels.evictions > 0
     assert tight.stats["image_preprocess"] == roomy.stats["image_preprocess"] == len(groups)
+    layer_tight = HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
+                              pixel_cache_bytes=2 * max(sizes.values()))
+    for a, b in zip(layer_tight.layer_states(calls[1]), roomy.layer_states(calls[1]), strict=True):
+        np.testing.assert_allclose(a, b, atol=TOLERANCE, rtol=0)
+    assert layer_tight.stats["image_preprocess"] == len(shift_groups)
 
 
 def test_source_features_outlive_a_pass_of_image_variants(scorer, rows):

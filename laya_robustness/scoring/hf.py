@@ -406,30 +406,35 @@ class HFVLMScorer:
         if window:
             yield window
 
-    def _score_rows(self, rows: Sequence[Row], one_pass: bool) -> list[np.ndarray]:
-        shown: list = [None] * len(rows)
-        for window in self._windows(rows, "batch"):
+    def _forward_chunks(self, rows: Sequence[Row], path: str):
+        """(row indices, rows, prepared rows, the window's held features) of each forward: the windows of
+        ``_windows`` cut into length-sorted buckets of ``batch_size`` rows."""
+        for window in self._windows(rows, path):
             prepared, held = [p for _, p in window], {}
             for chunk in self._buckets(prepared, self.batch_size):
-                chunk_rows = [rows[window[i][0]] for i in chunk]
+                yield ([window[i][0] for i in chunk], [rows[window[i][0]] for i in chunk], [prepared[i] for i in chunk],
+                       held)
 
-                def work(chunk=chunk, chunk_rows=chunk_rows):
-                    chunk_prepared = [prepared[i] for i in chunk]
-                    features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch",
-                                              held)
-                    if one_pass:
-                        items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
-                        return self._score_sequences(items, features, "batch")
-                    items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
-                    flat = self._score_sequences(items, features, "batch")
-                    out, k = [], 0
-                    for p in chunk_prepared:
-                        out.append([s[0] for s in flat[k:k + len(p.options)]])
-                        k += len(p.options)
-                    return out
+    def _score_rows(self, rows: Sequence[Row], one_pass: bool) -> list[np.ndarray]:
+        shown: list = [None] * len(rows)
+        for indices, chunk_rows, chunk_prepared, held in self._forward_chunks(rows, "batch"):
 
-                for i, scores in zip(chunk, self._guarded(chunk_rows, work)):
-                    shown[window[i][0]] = scores
+            def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared, held=held):
+                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch",
+                                          held)
+                if one_pass:
+                    items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
+                    return self._score_sequences(items, features, "batch")
+                items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
+                flat = self._score_sequences(items, features, "batch")
+                out, k = [], 0
+                for p in chunk_prepared:
+                    out.append([s[0] for s in flat[k:k + len(p.options)]])
+                    k += len(p.options)
+                return out
+
+            for i, scores in zip(indices, self._guarded(chunk_rows, work)):
+                shown[i] = scores
         self.stats["rows"] += len(rows)
         return [to_label_order(r, s) for r, s in zip(rows, shown)]
 
@@ -491,13 +496,12 @@ class HFVLMScorer:
         """
         import torch
 
-        prepared = self._guarded(rows, lambda: [self.prepare(r) for r in rows])
         out: list = [None] * len(rows)
-        for chunk in self._buckets(prepared, self.batch_size):
-            chunk_rows, chunk_prepared = [rows[i] for i in chunk], [prepared[i] for i in chunk]
+        for indices, chunk_rows, chunk_prepared, held in self._forward_chunks(rows, "predict"):
 
-            def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared):
-                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "predict")
+            def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared, held=held):
+                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "predict",
+                                          held)
                 batch = layout.collate([layout.pack(p.prompt, []) for p in chunk_prepared], self.pad_id)
                 with torch.inference_mode():
                     result = self._run(batch, self._embed(batch, chunk_prepared, features), output_hidden_states=True)
@@ -505,7 +509,7 @@ class HFVLMScorer:
                 return [states[b, :, len(p.prompt.ids) - 1].float().cpu().numpy()
                         for b, p in enumerate(chunk_prepared)]
 
-            for i, state in zip(chunk, self._guarded(chunk_rows, work)):
+            for i, state in zip(indices, self._guarded(chunk_rows, work)):
                 out[i] = state
         return out
 
