@@ -7,6 +7,7 @@ neighbours, display order maps back to label order, and each distinct image is e
 """
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
@@ -202,3 +203,31 @@ def test_source_features_outlive_a_pass_of_image_variants(scorer, rows):
     for a, b in zip(tight.score_batch(text), probe.score_batch(text), strict=True):
         np.testing.assert_allclose(a, b, atol=TOLERANCE, rtol=0)
     assert tight.stats["vision_encodes"] == encoded
+
+
+def test_preprocessing_ahead_on_threads_changes_nothing_but_time(scorer, rows):
+    """Preprocessing image groups ahead of their rows (on for photo-sized images; forced here for all) gives the
+    same scores and counters as preprocessing each in turn, with a roomy or a two-image pixel cache."""
+    from laya_robustness.scoring.cache import tensor_bytes
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    calls = [rows, build_variants("shift", rows, seed=0), build_variants("option_order", rows, seed=0)]
+    two_images = 2 * max(tensor_bytes(scorer.adapter.process_group(g)[0]) for r in rows
+                         for g in scorer.adapter.image_groups(r.images))
+    for pixel_cache_bytes in (1 << 30, two_images):
+        in_turn, ahead = (HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
+                                      pixel_cache_bytes=pixel_cache_bytes) for _ in range(2))
+        in_turn.prefetch_min_pixels, ahead.prefetch_min_pixels = float("inf"), 0
+        threads = []
+        process_group = ahead.adapter.process_group
+
+        def recorded(group):
+            threads.append(threading.current_thread().name)
+            return process_group(group)
+
+        ahead.adapter.process_group = recorded
+        for call in calls:
+            for a, b in zip(ahead.score_batch(call), in_turn.score_batch(call), strict=True):
+                np.testing.assert_array_equal(a, b)
+        assert ahead.stats == in_turn.stats and not ahead._pending
+        assert sum(name.startswith("laya-preprocess") for name in threads) >= len(rows) - 1  # it did run ahead
