@@ -206,7 +206,7 @@ def test_source_features_outlive_a_pass_of_image_variants(scorer, rows):
 
 
 def test_preprocessing_ahead_on_threads_changes_nothing_but_time(scorer, rows):
-    """Preprocessing image groups ahead of their rows (on for photo-sized images; forced here for all) gives the
+    """Preprocessing image groups ahead of their rows (on for large images; forced here for all) gives the
     same scores and counters as preprocessing each in turn, with a roomy or a two-image pixel cache."""
     from laya_robustness.scoring.cache import tensor_bytes
     from laya_robustness.scoring.hf import HFVLMScorer
@@ -217,7 +217,7 @@ def test_preprocessing_ahead_on_threads_changes_nothing_but_time(scorer, rows):
     for pixel_cache_bytes in (1 << 30, two_images):
         in_turn, ahead = (HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
                                       pixel_cache_bytes=pixel_cache_bytes) for _ in range(2))
-        in_turn.prefetch_min_pixels, ahead.prefetch_min_pixels = float("inf"), 0
+        in_turn.prefetch, ahead.prefetch = False, True
         threads = []
         process_group = ahead.adapter.process_group
 
