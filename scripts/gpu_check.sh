@@ -5,7 +5,8 @@
 #   OUT=/tmp/dry bash scripts/gpu_check.sh --cpu    # the same steps on the CPU, small (checks the script)
 #
 # Writes under $OUT: env.txt, bench-256m-<path>.json (rows/s, peak memory, encodes; bf16 batch path,
-# fp32 predict, the per-option baseline), profile-256m.{txt,trace.json,json}, gate-256m/ (the gpu
+# fp32 predict, the per-option baseline), bench-256m-tiled-<path>.json (the same model with SmolVLM-256M's
+# tiling: 17 tiles per photo), profile-256m.{txt,trace.json,json}, gate-256m/ (the gpu
 # invariance gate on the 256M-shaped model: reports, junit), gate-embedded/ (the gpu gate on the
 # embedded checkpoint) and benchmarks-embedded.json (pytest-benchmark). Sizes: ROWS_PER_SET (gate
 # rows per dataset on the 256M-shaped model, default 4), INVARIANCE_ROWS (default 2).
@@ -61,6 +62,12 @@ for path in batch per_option predict_cached predict_uncached; do
 done
 step profile-256m 0 "$PY" scripts/profile_scorer.py "$MODEL" --device "$DEVICE" --rows "$ROWS" --image-size "$SIZE" \
   --out "$OUT/profile-256m"
+# Photos as SmolVLM-256M cuts them: images scaled to 4 x SIZE, 17 tiles each; preprocessing is the host's main cost.
+step build-256m-tiled 0 "$PY" -m laya_robustness.scoring.bench build "$MODEL-tiled" --image-size "$SIZE" --split
+for path in batch predict_cached; do
+  step "bench-256m-tiled-$path" 0 "$PY" -m laya_robustness.scoring.bench run "$MODEL-tiled" --device "$DEVICE" \
+    --path "$path" --rows "$ROWS" --image-size $((2 * SIZE)) --out "$OUT/bench-256m-tiled-$path.json"
+done
 # The gate on the 256M-shaped model: random weights, so family limits fail (exit 1); 3 would be a broken harness.
 step gate-256m 1 "$PY" -m pytest robustness_tests -m "$MARK and invariance" -p no:cacheprovider --model "$MODEL" \
   --thresholds "$WORK/thresholds.toml" --invariance-rows "$INVARIANCE_ROWS" --report-dir "$OUT/gate-256m" \

@@ -4,6 +4,9 @@ The model has SmolVLM-256M's sizes (SigLIP 768 x 12 layers at 512 px, patch 16; 
 layers, 9 heads / 3 KV heads, MLP 1536, vocabulary 49,280; pixel shuffle 4 = 64 image tokens per
 512 px tile, no image splitting) with random weights and the embedded default's tokenizer. The
 rows are 512 px images of smooth random colour fields (one per row) with a four-option question.
+``build --split`` gives the processor SmolVLM-256M's own tiling instead (images scaled to 2048 px and
+cut into 512 px tiles plus the whole image: 17 tiles, 1,088 image tokens for a square photo), for
+``run --image-size 1024``: the photo regime where preprocessing is the host's main cost.
 
     python -m laya_robustness.scoring.bench build /tmp/smolvlm-256m-shaped
     python -m laya_robustness.scoring.bench run /tmp/smolvlm-256m-shaped --device cuda --out result.json
@@ -26,8 +29,9 @@ PHOTO_ROWS = 6
 COLOURS = ("red", "green", "blue", "yellow")
 
 
-def smolvlm_256m_shaped(image_size: int = 512):
-    """(config, processor) of an Idefics3 with SmolVLM-256M's sizes and one 512 px tile per image."""
+def smolvlm_256m_shaped(image_size: int = 512, split: bool = False):
+    """(config, processor) of an Idefics3 with SmolVLM-256M's sizes: one ``image_size`` tile per image, or with
+    ``split`` images scaled to 4 x ``image_size`` and cut into tiles of ``image_size`` (SmolVLM-256M's own)."""
     from transformers import Idefics3Config, Idefics3Processor
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
@@ -37,8 +41,9 @@ def smolvlm_256m_shaped(image_size: int = 512):
     tok = tokenizer(bos="<|im_start|>", eos="<end_of_utterance>", pad="<|endoftext|>", special=tuple(SPECIAL_TOKENS))
     patch, scale = 16, 4
     image_processor = Idefics3ImageProcessorPil(
-        do_resize=True, size={"longest_edge": image_size}, max_image_size={"longest_edge": image_size},
-        do_image_splitting=False, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+        do_resize=True, size={"longest_edge": 4 * image_size if split else image_size},
+        max_image_size={"longest_edge": image_size}, do_image_splitting=split, image_mean=[0.5] * 3,
+        image_std=[0.5] * 3)
     processor = Idefics3Processor(image_processor=image_processor, tokenizer=tok,
                                   image_seq_len=(image_size // patch) ** 2 // scale**2, chat_template=CHAT_TEMPLATE)
     config = Idefics3Config(
@@ -54,13 +59,13 @@ def smolvlm_256m_shaped(image_size: int = 512):
     return config, processor
 
 
-def build_256m_shaped(out_dir: str | Path, seed: int = 0, image_size: int = 512) -> Path:
+def build_256m_shaped(out_dir: str | Path, seed: int = 0, image_size: int = 512, split: bool = False) -> Path:
     """Build and save the SmolVLM-256M-shaped checkpoint (random weights, about 0.9 GB)."""
     from laya_robustness.scoring.tiny_checkpoints import build_model, save_processor
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config, processor = smolvlm_256m_shaped(image_size)
+    config, processor = smolvlm_256m_shaped(image_size, split)
     build_model(config, seed).save_pretrained(out)
     save_processor(processor, out)
     return out
@@ -135,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="build and save the SmolVLM-256M-shaped checkpoint")
     build.add_argument("out")
     build.add_argument("--image-size", type=int, default=512)
+    build.add_argument("--split", action="store_true", help="SmolVLM-256M's tiling (4 x image-size, cut in tiles)")
     bench = sub.add_parser("run", help="score the photo workload once and print / save the numbers")
     bench.add_argument("model")
     bench.add_argument("--device", default="cpu")
@@ -146,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--out")
     args = parser.parse_args(argv)
     if args.command == "build":
-        print(build_256m_shaped(args.out, image_size=args.image_size))
+        print(build_256m_shaped(args.out, image_size=args.image_size, split=args.split))
         return 0
     result = run(args.model, device=args.device, path=args.path, batch_size=args.batch_size,
                  precision=args.precision, n=args.rows, size=args.image_size)
