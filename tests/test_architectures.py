@@ -169,7 +169,8 @@ def test_each_image_is_preprocessed_once_when_the_pixels_outgrow_the_cache(score
     for call in calls:
         for a, b in zip(tight.score_batch(call), roomy.score_batch(call), strict=True):
             np.testing.assert_allclose(a, b, atol=TOLERANCE, rtol=0)
-    shift_groups = {tuple(image_digest(im) for im in g) for r in calls[1] for g in scorer.adapter.image_groups(r.images)}
+    shift_groups = {tuple(image_digest(im) for im in g) for r in calls[1]
+                    for g in scorer.adapter.image_groups(r.images)}
     assert sum(sizes[k] for k in shift_groups) > tight._pixels.max_bytes  # one call's pixels outgrow the cache
     assert tight._pixels.evictions > 0
     assert tight.stats["image_preprocess"] == roomy.stats["image_preprocess"] == len(groups)

@@ -18,7 +18,7 @@ content and precision; both stores are bounded by bytes (``cache.DEFAULT_*_CACHE
 features' a segmented LRU that an image family's many new variants do not flush.
 A batch-path call is scored in windows whose pixels fit half the pixel cache, and an image's prompt
 layout outlives its pixels, so large images are not preprocessed again when the cache is full;
-photo-sized images are preprocessed a few rows ahead on a thread pool.
+large images are preprocessed a few rows ahead on a thread pool.
 Templated prompts and tokenized texts are cached per text. ``stats`` counts rows, forwards,
 vision encodes, preprocessed image groups and cache hits.
 """
@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
