@@ -152,28 +152,33 @@ def test_each_distinct_image_is_encoded_once(scorer, rows):
     assert fresh.stats["rows"] == 2 * len(source) + len(variants)
 
 
+def _group_pixel_bytes(scorer, calls) -> dict:
+    """Content key -> bytes of the processor's tensors, for every image group of these calls' rows."""
+    from laya_robustness.scoring.cache import tensor_bytes
+
+    groups = {tuple(image_digest(im) for im in g): g for call in calls for r in call
+              for g in scorer.adapter.image_groups(r.images)}
+    return {k: tensor_bytes(scorer.adapter.process_group(g)[0]) for k, g in groups.items()}
+
+
 def test_each_image_is_preprocessed_once_when_the_pixels_outgrow_the_cache(scorer, rows):
     """With a pixel cache of two images, each call is cut into windows scored before the next is prepared,
     and a new question on an image whose pixels were dropped reuses the image's prompt layout: every image
     group is still preprocessed once, and the scores equal those of a scorer that keeps all pixels."""
-    from laya_robustness.scoring.cache import tensor_bytes
     from laya_robustness.scoring.hf import HFVLMScorer
 
     calls = [rows, build_variants("shift", rows, seed=0), build_variants("option_order", rows, seed=0)]
-    groups = {tuple(image_digest(im) for im in g): g for call in calls for r in call
-              for g in scorer.adapter.image_groups(r.images)}
-    sizes = {k: tensor_bytes(scorer.adapter.process_group(g)[0]) for k, g in groups.items()}
+    sizes = _group_pixel_bytes(scorer, calls)
     tight = HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
                         pixel_cache_bytes=2 * max(sizes.values()))
     roomy = scorer.replaced()
     for call in calls:
         for a, b in zip(tight.score_batch(call), roomy.score_batch(call), strict=True):
             np.testing.assert_allclose(a, b, atol=TOLERANCE, rtol=0)
-    shift_groups = {tuple(image_digest(im) for im in g) for r in calls[1]
-                    for g in scorer.adapter.image_groups(r.images)}
-    assert sum(sizes[k] for k in shift_groups) > tight._pixels.max_bytes  # one call's pixels outgrow the cache
+    shift_groups = _group_pixel_bytes(scorer, calls[1:2])
+    assert sum(shift_groups.values()) > tight._pixels.max_bytes  # one call's pixels outgrow the cache
     assert tight._pixels.evictions > 0
-    assert tight.stats["image_preprocess"] == roomy.stats["image_preprocess"] == len(groups)
+    assert tight.stats["image_preprocess"] == roomy.stats["image_preprocess"] == len(sizes)
     layer_tight = HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
                               pixel_cache_bytes=2 * max(sizes.values()))
     for a, b in zip(layer_tight.layer_states(calls[1]), roomy.layer_states(calls[1]), strict=True):
@@ -209,12 +214,10 @@ def test_source_features_outlive_a_pass_of_image_variants(scorer, rows):
 def test_preprocessing_ahead_on_threads_changes_nothing_but_time(scorer, rows):
     """Preprocessing image groups ahead of their rows (on for large images; forced here for all) gives the
     same scores and counters as preprocessing each in turn, with a roomy or a two-image pixel cache."""
-    from laya_robustness.scoring.cache import tensor_bytes
     from laya_robustness.scoring.hf import HFVLMScorer
 
     calls = [rows, build_variants("shift", rows, seed=0), build_variants("option_order", rows, seed=0)]
-    two_images = 2 * max(tensor_bytes(scorer.adapter.process_group(g)[0]) for r in rows
-                         for g in scorer.adapter.image_groups(r.images))
+    two_images = 2 * max(_group_pixel_bytes(scorer, [rows]).values())
     for pixel_cache_bytes in (1 << 30, two_images):
         in_turn, ahead = (HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size,
                                       pixel_cache_bytes=pixel_cache_bytes) for _ in range(2))

@@ -237,11 +237,15 @@ class HFVLMScorer:
         return layout.Prompt(tuple(ids), self.adapter.prompt_positions(ids, [t for t, _ in entries]),
                              self.adapter.prompt_blocks(ids))
 
+    def _keyed_groups(self, row: Row) -> list[tuple[tuple[str, ...], tuple]]:
+        """(content key, images) of each image group of a row, as the adapter groups them."""
+        return [(tuple(image_digest(im) for im in g), g) for g in self.adapter.image_groups(row.images)]
+
     def prepare(self, row: Row) -> PreparedRow:
         """Template, image inputs and token ids of a row (each part cached by content)."""
         text, _ = self._templates.lookup((user_text(row), len(row.images)), lambda: self.adapter.prompt_text(row))
-        groups = self.adapter.image_groups(row.images)
-        keys = tuple(tuple(image_digest(im) for im in g) for g in groups)
+        keyed = self._keyed_groups(row)
+        keys, groups = tuple(k for k, _ in keyed), [g for _, g in keyed]
         prompt, hit = self._prompts.lookup((text, keys), lambda: self._prompt(text, keys, groups))
         self.stats["prompt_cache_hits"] += int(hit)
         options = tuple(tuple(self._ids(self.adapter.answer_text(o, text), answer=True)) for o in row.shown_options)
@@ -252,8 +256,7 @@ class HFVLMScorer:
         import torch
 
         prepared = self.prepare(row)
-        tensors = [self._pixels.get(k) or self.adapter.process_group(g)
-                   for k, g in zip(prepared.groups, self.adapter.image_groups(row.images))]
+        tensors = [self._pixels.get(k) or self.adapter.process_group(g) for k, g in self._keyed_groups(row)]
         pixels = [t["pixel_values"][0] for t, _ in tensors]
         masks = [t["pixel_attention_mask"][0] for t, _ in tensors if "pixel_attention_mask" in t]
         return EncodedRow(list(prepared.prompt.ids), torch.cat(pixels) if pixels else None,
@@ -297,8 +300,8 @@ class HFVLMScorer:
                     self._feature_store.put((key, mode), f)
         return out
 
-    def _images_by_key(self, rows: Sequence[Row], prepared: Sequence[PreparedRow]) -> dict:
-        return {k: g for r, p in zip(rows, prepared) for k, g in zip(p.groups, self.adapter.image_groups(r.images))}
+    def _images_by_key(self, rows: Sequence[Row]) -> dict:
+        return {k: g for r in rows for k, g in self._keyed_groups(r)}
 
     # -- the language model ---------------------------------------------------------------------
 
@@ -415,7 +418,7 @@ class HFVLMScorer:
                 self._prefetch(rows[i + PREFETCH_ROWS - 1:i + PREFETCH_ROWS] if i else rows[:PREFETCH_ROWS], mode)
                 prepared = self._guarded([row], lambda row=row: self.prepare(row))
                 keys: dict = {}
-                for key, group in zip(prepared.groups, self.adapter.image_groups(row.images)):
+                for key, group in self._keyed_groups(row):
                     if budget and key not in counted and key not in keys and (key, mode) not in self._feature_store:
                         size = self._pixels.touch(key)
                         if size is None:
@@ -444,11 +447,10 @@ class HFVLMScorer:
         if self.prefetch is False:
             return
         for row in rows:
-            for group in self.adapter.image_groups(row.images):
+            for key, group in self._keyed_groups(row):  # the digests read the pixels here, before a thread does
                 if self.prefetch is None and self._last_output_bytes < PREFETCH_MIN_OUTPUT_BYTES and sum(
                         im.size[0] * im.size[1] for im in group) < PREFETCH_MIN_PIXELS:
                     continue
-                key = tuple(image_digest(im) for im in group)  # reads the pixels here, before a thread does
                 if key in self._pending or key in self._pixels or (
                         key in self._layouts and (key, mode) in self._feature_store):
                     continue
@@ -468,7 +470,7 @@ class HFVLMScorer:
         for indices, chunk_rows, chunk_prepared, held in self._forward_chunks(rows, "batch"):
 
             def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared, held=held):
-                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "batch",
+                features = self._features(chunk_prepared, self._images_by_key(chunk_rows), "batch",
                                           held)
                 if one_pass:
                     items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
@@ -509,7 +511,7 @@ class HFVLMScorer:
         import torch
 
         prepared = self.prepare(row)
-        features = self._features([prepared], self._images_by_key([row], [prepared]), "predict", held)
+        features = self._features([prepared], self._images_by_key([row]), "predict", held)
         if not use_cache:
             return [s[0] for s in self._score_sequences([(prepared, (j,)) for j in range(len(prepared.options))],
                                                          features, "predict")]
@@ -548,7 +550,7 @@ class HFVLMScorer:
         for indices, chunk_rows, chunk_prepared, held in self._forward_chunks(rows, "predict"):
 
             def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared, held=held):
-                features = self._features(chunk_prepared, self._images_by_key(chunk_rows, chunk_prepared), "predict",
+                features = self._features(chunk_prepared, self._images_by_key(chunk_rows), "predict",
                                           held)
                 batch = layout.collate([layout.pack(p.prompt, []) for p in chunk_prepared], self.pad_id)
                 with torch.inference_mode():
@@ -570,7 +572,7 @@ class HFVLMScorer:
         from transformers import DynamicCache
 
         prepared = self.prepare(row)
-        features = self._features([prepared], self._images_by_key([row], [prepared]), "predict")
+        features = self._features([prepared], self._images_by_key([row]), "predict")
         stop = {self.tokenizer.convert_tokens_to_ids(self.eos_token), self.tokenizer.eos_token_id}
         prompt, tokens = prepared.prompt, []
         with torch.inference_mode():
