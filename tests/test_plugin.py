@@ -405,6 +405,23 @@ def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):
                                   f'+*"acc": {acc},'])
 
 
+def test_each_scoring_configuration_keeps_its_own_snapshot(gate):
+    """The predict path's logits differ from the batch path's in the last digits: it is not compared with the
+    batch path's snapshot (which would fail, and --snapshot-update would flip it back and forth), but skips
+    until its own is recorded; then both are kept and each matches."""
+    base = ("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml", "-k", "snapshot and not gpu")
+    assert gate.runpytest_subprocess(*base, "--snapshot-update").ret == 0
+    predict = gate.runpytest_subprocess(*base, "--scoring-path", "predict", "-rs")
+    assert predict.ret == 0, predict.stdout.str()
+    predict.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.m*.d*.s0.n0.all.predict)*"])
+    assert gate.runpytest_subprocess(*base, "--scoring-path", "predict", "--snapshot-update").ret == 0
+    stored = sorted(p.name for p in (gate.path / "robustness_tests" / "__snapshots__").rglob("*.json"))
+    assert [name.endswith(".all.predict].json") for name in stored] == [True, False], stored
+    for extra in ((), ("--scoring-path", "predict")):
+        again = gate.runpytest_subprocess(*base, *extra)
+        again.assert_outcomes(passed=1)
+
+
 def test_snapshot_update_is_refused_under_xdist(gate):
     result = gate.runpytest_subprocess("robustness_tests", "-n", "2", "--snapshot-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

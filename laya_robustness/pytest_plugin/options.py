@@ -198,6 +198,12 @@ def add_options(parser: pytest.Parser) -> None:
         parser.addini(opt.dest, help=opt.help, default=None)
 
 
+def default_of(flag: str) -> Any:
+    """An option's default, parsed as its value would be (``default_of("--batch-size")`` is 16)."""
+    opt = next(o for o in OPTIONS if o.flag == flag)
+    return opt.parse(opt.default)
+
+
 def get(config: pytest.Config, flag: str) -> str:
     """An option's raw value: the command line, else the ini file, else its default."""
     opt = next(o for o in OPTIONS if o.flag == flag)

@@ -1,9 +1,13 @@
 """The summary snapshot: its name (the run's configuration, with model and data fingerprints) and its content.
 
-One snapshot per configuration: ``<model>.<cpu|gpu>.m<model fingerprint>.d<data fingerprint>.s<seed>.n<rows
-per set>.<families>``. A configuration without a snapshot (new data, a new model) has nothing to be
-compared with: its test says so and how to record one, instead of diffing against another
-configuration's numbers.
+One snapshot per configuration: ``<model>.<cpu|gpu|mps>.m<model fingerprint>.d<data fingerprint>.s<seed>.n<rows
+per set>.<families>``, then ``.<scoring>`` where the scoring differs from the device's default: the
+predict path, a batch-path precision other than the device's (``fp32`` on CUDA, ``bf16`` elsewhere),
+another batch size (``b8``), another attention implementation (``sdpa``), joined by ``-``. Each of
+these moves logits in their last digits (the predict path's fp32 logits differ from the batch path's
+by up to 1e-4 on the embedded default), so each keeps its own numbers. A configuration without a
+snapshot (new data, a new model, another scoring) has nothing to be compared with: its test says so
+and how to record one, instead of diffing against another configuration's numbers.
 
 Under xdist no worker has every record, so a worker's snapshot test only names the snapshot
 (``defer_snapshot``) and skips; the controller compares it once the workers' records are merged
@@ -75,9 +79,34 @@ def families_label(families: Sequence[str]) -> str:
     return "all" if tuple(families) == default_families() else "+".join(families)
 
 
+def device_kind(device: str) -> str:
+    """``gpu`` for a CUDA device, ``mps`` for Apple's, else ``cpu``: devices whose kernels round alike."""
+    return "gpu" if device.startswith("cuda") else "mps" if device.startswith("mps") else "cpu"
+
+
+def scoring_label(settings, device: str) -> str:
+    """What the run's scoring settings change from the device's default scoring, as a name suffix (see the
+    module doc): "" for the default, e.g. ``.predict`` or ``.fp32-b8``."""
+    from laya_robustness.pytest_plugin.options import default_of
+
+    parts = []
+    if settings.scoring_path != default_of("--scoring-path"):
+        parts.append(settings.scoring_path)  # fp32 whatever --precision says
+    else:
+        cuda = device.startswith("cuda")
+        precision = "bf16" if settings.precision == "bf16" or (settings.precision == "auto" and cuda) else "fp32"
+        if precision != ("bf16" if cuda else "fp32"):
+            parts.append(precision)
+    if settings.batch_size != default_of("--batch-size"):
+        parts.append(f"b{settings.batch_size}")
+    if settings.attn_implementation != default_of("--attn-implementation"):
+        parts.append(settings.attn_implementation)
+    return "." + "".join(c if c.isalnum() or c in "-_" else "_" for c in "-".join(parts)) if parts else ""
+
+
 def snapshot_name(session, device: str) -> str:
     """The name of the run configuration's snapshot (see the module doc)."""
-    from laya_robustness.pytest_plugin.session import GPU_DEVICE, identity_key
+    from laya_robustness.pytest_plugin.session import identity_key
 
     s = session.settings
     model = "".join(c if c.isalnum() or c in "-_" else "_" for c in s.model_name.strip("/"))
@@ -90,8 +119,8 @@ def snapshot_name(session, device: str) -> str:
         identity["dual"] = session.identities.get(identity_key(device, "captions"), {})
     m = model_fingerprint(identity, s.model_name, s.scorer)
     d = data_fingerprint({**session.rows, **session.caption_rows})
-    kind = "gpu" if device == GPU_DEVICE else "cpu"
-    return f"{model}.{kind}.m{m}.d{d}.s{s.seed}.n{s.rows_per_set}.{families_label(s.families)}"
+    return (f"{model}.{device_kind(device)}.m{m}.d{d}.s{s.seed}.n{s.rows_per_set}.{families_label(s.families)}"
+            f"{scoring_label(s, device)}")
 
 
 def snapshot_view(session, device: str) -> dict:
