@@ -211,6 +211,34 @@ def test_source_features_outlive_a_pass_of_image_variants(scorer, rows):
     assert tight.stats["vision_encodes"] == encoded
 
 
+def test_a_vision_forward_takes_at_most_its_bound_of_pixels(scorer, rows):
+    """With the bound set to the largest image group's pixel values, every vision forward holds one group or
+    groups within the bound; the scores equal an unbounded scorer's, each image is still encoded once."""
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    calls = [rows, build_variants("shift", rows, seed=0)]
+    values = {k: sum(t.nelement() for t in scorer.adapter.process_group(g)[0].values() if t.is_floating_point())
+              for call in calls for r in call for g in scorer.adapter.image_groups(r.images)
+              for k in [tuple(image_digest(im) for im in g)]}
+    bounded, unbounded = (HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size)
+                          for _ in range(2))
+    bounded.vision_batch_values, unbounded.vision_batch_values = max(values.values()), 1 << 62
+    seen = []
+    image_features = bounded.adapter.image_features
+
+    def recorded(inputs, images_per_group):
+        seen.append((sum(t.nelement() for t in inputs.values() if t.is_floating_point()), len(images_per_group)))
+        return image_features(inputs, images_per_group)
+
+    bounded.adapter.image_features = recorded
+    for call in calls:
+        for a, b in zip(bounded.score_batch(call), unbounded.score_batch(call), strict=True):
+            np.testing.assert_allclose(a, b, atol=TOLERANCE, rtol=0)
+    assert seen and all(n == 1 or v <= bounded.vision_batch_values for v, n in seen), seen
+    assert bounded.stats["vision_forwards"] > unbounded.stats["vision_forwards"]
+    assert bounded.stats["vision_encodes"] == unbounded.stats["vision_encodes"] == sum(len(k) for k in values)
+
+
 def test_preprocessing_ahead_on_threads_changes_nothing_but_time(scorer, rows):
     """Preprocessing image groups ahead of their rows (on for large images; forced here for all) gives the
     same scores and counters as preprocessing each in turn, with a roomy or a two-image pixel cache."""

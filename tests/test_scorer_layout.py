@@ -140,3 +140,19 @@ def test_image_digest_keys_pixels_size_and_mode():
 @pytest.mark.parametrize("module", [layout, cache])
 def test_docstring_examples_run(module):
     assert doctest.testmod(module, raise_on_error=True).attempted > 0
+
+
+def test_vision_chunks_bound_groups_and_pixel_values():
+    """Consecutive chunks of at most max_groups groups and max_values float values; masks do not count, and
+    a group over the bound is a chunk alone."""
+    import torch
+
+    from laya_robustness.scoring.hf import vision_chunks
+
+    def group(name, tiles):
+        return (name, {"pixel_values": torch.zeros(1, tiles, 3, 4, 4), "mask": torch.ones(1, tiles, 4, 4, dtype=torch.bool)})
+
+    groups = [group("a", 1), group("b", 1), group("c", 5), group("d", 1), group("e", 1), group("f", 1)]
+    names = [[name for name, _ in chunk] for chunk in vision_chunks(groups, max_groups=2, max_values=3 * 48)]
+    assert names == [["a", "b"], ["c"], ["d", "e"], ["f"]]
+    assert [[n for n, _ in c] for c in vision_chunks(groups, 16, 1 << 30)] == [["a", "b", "c", "d", "e", "f"]]

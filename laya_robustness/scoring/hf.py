@@ -58,6 +58,10 @@ PREPROCESS_THREADS = min(8, os.cpu_count() or 1)
 PREFETCH_ROWS = 2 * PREPROCESS_THREADS
 PREFETCH_MIN_PIXELS = 512 * 384
 PREFETCH_MIN_OUTPUT_BYTES = 1 << 20
+#: Pixel values one vision forward takes at most (as many as 16 RGB images of 512 px): the encoder's
+#: activations grow with the tiles it sees together, and 16 groups of SmolVLM-256M photos (13-17 tiles of
+#: 512 px each) would be 272 tiles at once; such groups are encoded one at a time instead.
+VISION_BATCH_VALUES = 16 * 3 * 512 * 512
 _PREPROCESS_POOL: list[ThreadPoolExecutor] = []
 STAT_KEYS = ("rows", "forwards", "sequences", "tokens", "vision_encodes", "vision_forwards", "feature_cache_hits",
              "image_preprocess", "pixel_cache_hits", "prompt_cache_hits")
@@ -108,6 +112,21 @@ class _TextCache(OrderedDict):
         return value, False
 
 
+def vision_chunks(groups: Sequence[tuple], max_groups: int, max_values: int) -> list[list[tuple]]:
+    """``(key, tensors)`` groups in consecutive chunks of at most ``max_groups`` groups and ``max_values``
+    floating-point values (pixels) in all; a group larger than ``max_values`` is a chunk of its own."""
+    chunks: list[list[tuple]] = []
+    values = 0
+    for group in groups:
+        size = sum(t.nelement() for t in group[1].values() if t.is_floating_point())
+        if not chunks or len(chunks[-1]) >= max_groups or values + size > max_values:
+            chunks.append([])
+            values = 0
+        chunks[-1].append(group)
+        values += size
+    return chunks
+
+
 class HFVLMScorer:
     """Scores rows with a generative VLM: an option's logit is the log-likelihood of its answer text."""
 
@@ -123,6 +142,7 @@ class HFVLMScorer:
         self.tokenizer = processor.tokenizer
         self.device, self.precision, self.batch_size = device, precision, batch_size
         self.vision_batch_size = vision_batch_size or batch_size
+        self.vision_batch_values = VISION_BATCH_VALUES
         self.identity = {**(identity or {}), **self.adapter.identity()}
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.eos_token = self.adapter.end_of_answer()
@@ -288,8 +308,7 @@ class HFVLMScorer:
             signature = tuple((name, tuple(t.shape[1:]), str(t.dtype)) for name, t in sorted(tensors.items()))
             buckets.setdefault(signature, []).append((key, tensors))
         for bucket in buckets.values():
-            for start in range(0, len(bucket), self.vision_batch_size):
-                chunk = bucket[start:start + self.vision_batch_size]
+            for chunk in vision_chunks(bucket, self.vision_batch_size, self.vision_batch_values):
                 inputs = {name: torch.cat([t[name] for _, t in chunk]).to(self.device) for name in chunk[0][1]}
                 with torch.inference_mode(), self._autocast(path):
                     feats = self.adapter.image_features(inputs, [len(k) for k, _ in chunk])
