@@ -64,10 +64,10 @@ def _measure(benchmark, scorer, rows, path, device, rounds):
     """Benchmark one path from empty caches; rows/s, counters and the per-option ratio in extra_info."""
     if path == "per_option" and not hasattr(scorer, "score_batch_per_option"):
         pytest.skip(f"{type(scorer).__name__} has no per-option path")
-    fresh = []
+    fresh = []  # the latest round's copy only: each holds its own caches (up to 2 GiB, on the device)
 
     def setup():
-        fresh.append(_fresh(scorer))
+        fresh[:] = [_fresh(scorer)]
         return (fresh[-1],), {}
 
     out = benchmark.pedantic(_synchronised(_score(path, rows), device), setup=setup, rounds=rounds, iterations=1)
