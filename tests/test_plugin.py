@@ -1,6 +1,7 @@
 """The pytest plugin, driven through pytester on a copy of the gate with small rows and a fake scorer."""
 
 import json
+import platform
 import re
 import shutil
 from collections import defaultdict
@@ -420,6 +421,24 @@ def test_each_scoring_configuration_keeps_its_own_snapshot(gate):
     for extra in ((), ("--scoring-path", "predict")):
         again = gate.runpytest_subprocess(*base, *extra)
         again.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("value", "header"), [
+    ("yes", "laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"),
+    ("no", "laya-robustness: malloc left as it is (--keep-freed-memory no)"),
+])
+def test_the_header_says_whether_malloc_keeps_freed_memory(gate, value, header):
+    if value == "yes" and platform.libc_ver()[0] != "glibc":
+        pytest.skip("the setting is glibc's")
+    result = gate.runpytest_subprocess("robustness_tests", "--import-mode=importlib", "--co",
+                                       "--keep-freed-memory", value)
+    result.stdout.fnmatch_lines([header])
+
+
+def test_a_bad_keep_freed_memory_value_is_a_usage_error(gate):
+    result = gate.runpytest_subprocess("robustness_tests", "--keep-freed-memory", "sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--keep-freed-memory: 'sometimes' is not yes or no*"])
 
 
 def test_snapshot_update_is_refused_under_xdist(gate):

@@ -55,7 +55,21 @@ def pytest_configure(config: pytest.Config) -> None:
             import torch
 
             torch.set_num_threads(threads)
-    config.stash[SESSION_KEY] = RobustnessSession(config)
+    session = config.stash[SESSION_KEY] = RobustnessSession(config)
+    if session.settings.keep_freed_memory:
+        from laya_robustness.scoring.malloc import keep_freed_memory
+
+        session.kept_freed_memory = keep_freed_memory()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return ""
+    if session.kept_freed_memory:
+        return "laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"
+    why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
+    return f"laya-robustness: malloc left as it is ({why})"
 
 
 def robustness_session(config: pytest.Config) -> RobustnessSession:

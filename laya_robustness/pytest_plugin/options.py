@@ -161,6 +161,9 @@ OPTIONS = (
            "encoded once for every family (a 13-tile SmolVLM-256M photo: 1.9 MiB); raise it for many images", _int(0)),
     Option("--pixel-cache-mb", "1024", "MiB of preprocessed pixels the hf scorer keeps (a 13-tile SmolVLM photo: "
            "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
+    Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
+           "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "
+           "its peak memory); no: leave malloc as it is", parse_switch),
     Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
            "file, a caption JSONL file or a directory of them"),
     Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
@@ -249,6 +252,7 @@ class Settings:
     rephrasings: Path | None
     translations: Path | None
     resume: bool
+    keep_freed_memory: bool
     baseline: Path | None
     journal: Path | None  # None: <report-dir>/journal
     data_map: dict  # row field -> column of a parquet / datasets table (laya_robustness.loaders.settings)

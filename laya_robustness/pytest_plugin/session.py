@@ -127,6 +127,7 @@ class RobustnessSession:
         self.written: list = []
         self.incomplete_reason: str | None = None  # set when the run ends
         self.kept_previous_report = False
+        self.kept_freed_memory = False  # whether malloc keeps freed memory (--keep-freed-memory, glibc only)
         # under xdist: the workers' summary snapshots ({device, name, path}), compared on the controller
         self.deferred_snapshots: list[dict] = []
         self.snapshot_outcomes: list = []  # snapshot.SnapshotOutcome of each, once compared

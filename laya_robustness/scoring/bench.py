@@ -150,12 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--rows", type=int, default=PHOTO_ROWS)
     bench.add_argument("--image-size", type=int, default=PHOTO_SIZE)
     bench.add_argument("--out")
+    bench.add_argument("--keep-freed-memory", default="yes", choices=("yes", "no"),
+                       help="glibc malloc keeps freed memory for reuse, as the gate does by default")
     args = parser.parse_args(argv)
     if args.command == "build":
         print(build_256m_shaped(args.out, image_size=args.image_size, split=args.split))
         return 0
+    from laya_robustness.scoring.malloc import keep_freed_memory
+
+    kept = args.keep_freed_memory == "yes" and keep_freed_memory()
     result = run(args.model, device=args.device, path=args.path, batch_size=args.batch_size,
                  precision=args.precision, n=args.rows, size=args.image_size)
+    result["keep_freed_memory"] = kept
     text = json.dumps(result, indent=2, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text + "\n")
