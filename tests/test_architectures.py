@@ -214,10 +214,10 @@ def test_source_features_outlive_a_pass_of_image_variants(scorer, rows):
 def test_a_vision_forward_takes_at_most_its_bound_of_pixels(scorer, rows):
     """With the bound set to the largest image group's pixel values, every vision forward holds one group or
     groups within the bound; the scores equal an unbounded scorer's, each image is still encoded once."""
-    from laya_robustness.scoring.hf import HFVLMScorer
+    from laya_robustness.scoring.hf import HFVLMScorer, pixel_values
 
     calls = [rows, build_variants("shift", rows, seed=0)]
-    values = {k: sum(t.nelement() for t in scorer.adapter.process_group(g)[0].values() if t.is_floating_point())
+    values = {k: pixel_values(scorer.adapter.process_group(g)[0])
               for call in calls for r in call for g in scorer.adapter.image_groups(r.images)
               for k in [tuple(image_digest(im) for im in g)]}
     bounded, unbounded = (HFVLMScorer(scorer.model, scorer.processor, batch_size=scorer.batch_size)
@@ -227,7 +227,7 @@ def test_a_vision_forward_takes_at_most_its_bound_of_pixels(scorer, rows):
     image_features = bounded.adapter.image_features
 
     def recorded(inputs, images_per_group):
-        seen.append((sum(t.nelement() for t in inputs.values() if t.is_floating_point()), len(images_per_group)))
+        seen.append((pixel_values(inputs), len(images_per_group)))
         return image_features(inputs, images_per_group)
 
     bounded.adapter.image_features = recorded

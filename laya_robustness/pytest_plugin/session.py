@@ -313,6 +313,7 @@ class RobustnessSession:
     def journal(self, device: str, source: str):
         """The journal this process appends ``source`` records of ``device`` to (see laya_robustness.journal)."""
         from laya_robustness.journal import JOURNAL_DIR, Journal, config_fingerprint, read_journals
+        from laya_robustness.pytest_plugin.snapshot import file_safe
 
         key = identity_key(device, source)
         if key not in self._journals:
@@ -322,7 +323,7 @@ class RobustnessSession:
                         "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
             folder = s.journal or self.report_dir / JOURNAL_DIR
             worker = getattr(self.config, "workerinput", {}).get("workerid")
-            name = "".join(c if c.isalnum() or c in "-_" else "_" for c in key) + (f".{worker}" if worker else "")
+            name = file_safe(key) + (f".{worker}" if worker else "")
             known = read_journals(folder) if s.resume else {}
             identity = getattr(scorer, "identity", {})
             self._journals[key] = Journal(folder / f"{name}.jsonl", config_fingerprint(identity, settings), known)

@@ -79,6 +79,11 @@ def families_label(families: Sequence[str]) -> str:
     return "all" if tuple(families) == default_families() else "+".join(families)
 
 
+def file_safe(text: str) -> str:
+    """``text`` with every character but letters, digits, ``-`` and ``_`` replaced by ``_``."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
 def device_kind(device: str) -> str:
     """``gpu`` for a CUDA device, ``mps`` for Apple's, else ``cpu``: devices whose kernels round alike."""
     return "gpu" if device.startswith("cuda") else "mps" if device.startswith("mps") else "cpu"
@@ -88,20 +93,18 @@ def scoring_label(settings, device: str) -> str:
     """What the run's scoring settings change from the device's default scoring, as a name suffix (see the
     module doc): "" for the default, e.g. ``.predict`` or ``.fp32-b8``."""
     from laya_robustness.pytest_plugin.options import default_of
+    from laya_robustness.scoring.base import batch_precision
 
     parts = []
     if settings.scoring_path != default_of("--scoring-path"):
         parts.append(settings.scoring_path)  # fp32 whatever --precision says
-    else:
-        cuda = device.startswith("cuda")
-        precision = "bf16" if settings.precision == "bf16" or (settings.precision == "auto" and cuda) else "fp32"
-        if precision != ("bf16" if cuda else "fp32"):
-            parts.append(precision)
+    elif batch_precision(settings.precision, device) != batch_precision(default_of("--precision"), device):
+        parts.append(batch_precision(settings.precision, device))
     if settings.batch_size != default_of("--batch-size"):
         parts.append(f"b{settings.batch_size}")
     if settings.attn_implementation != default_of("--attn-implementation"):
         parts.append(settings.attn_implementation)
-    return "." + "".join(c if c.isalnum() or c in "-_" else "_" for c in "-".join(parts)) if parts else ""
+    return "." + file_safe("-".join(parts)) if parts else ""
 
 
 def snapshot_name(session, device: str) -> str:
@@ -109,7 +112,7 @@ def snapshot_name(session, device: str) -> str:
     from laya_robustness.pytest_plugin.session import identity_key
 
     s = session.settings
-    model = "".join(c if c.isalnum() or c in "-_" else "_" for c in s.model_name.strip("/"))
+    model = file_safe(s.model_name.strip("/"))
     identity = {}
     if not session.model_is_dual:
         session.scorer(device)  # the identity (weight hashes) comes from the loaded scorer

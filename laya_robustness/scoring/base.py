@@ -101,3 +101,8 @@ def to_label_order(row: Row, shown_logits: Sequence[float]) -> np.ndarray:
     out = np.empty_like(shown)
     out[list(row.display_order)] = shown
     return out
+
+
+def batch_precision(precision: str, device: str) -> str:
+    """``bf16`` when the batch path runs under bf16 autocast (``bf16``, or ``auto`` on CUDA), else ``fp32``."""
+    return "bf16" if precision == "bf16" or (precision == "auto" and str(device).startswith("cuda")) else "fp32"

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from laya_robustness.rows import Row
-from laya_robustness.scoring.base import to_label_order
+from laya_robustness.scoring.base import batch_precision, to_label_order
 from laya_robustness.scoring.hf import PRECISIONS, ModelLoadError, _resolve_local_dir, weight_hashes
 
 #: ``config.model_type`` of the checkpoints this scorer loads.
@@ -117,8 +117,7 @@ class DualEncoderScorer:
 
     def batch_precision(self) -> str:
         """``bf16`` when the batch path runs under bf16 autocast (CUDA with ``auto``, or ``bf16``), else ``fp32``."""
-        on_cuda = str(self.device).startswith("cuda")
-        return "bf16" if self.precision == "bf16" or (self.precision == "auto" and on_cuda) else "fp32"
+        return batch_precision(self.precision, self.device)
 
     def _autocast(self, path: str):
         import torch

@@ -38,7 +38,7 @@ import numpy as np
 
 from laya_robustness.rows import Row
 from laya_robustness.scoring import layout
-from laya_robustness.scoring.base import ModelLoadError, ScoringError, to_label_order
+from laya_robustness.scoring.base import ModelLoadError, ScoringError, batch_precision, to_label_order
 from laya_robustness.scoring.cache import (DEFAULT_FEATURE_CACHE_BYTES, DEFAULT_PIXEL_CACHE_BYTES, ByteLRU,
                                            SegmentedLRU, image_digest, tensor_bytes)
 from laya_robustness.scoring.loading import (load_model, load_processor, resolve_checkpoint, supported_adapter,
@@ -112,13 +112,18 @@ class _TextCache(OrderedDict):
         return value, False
 
 
+def pixel_values(tensors: dict) -> int:
+    """The floating-point values (pixels) among a group's processor tensors; masks and grids do not count."""
+    return sum(t.nelement() for t in tensors.values() if t.is_floating_point())
+
+
 def vision_chunks(groups: Sequence[tuple], max_groups: int, max_values: int) -> list[list[tuple]]:
     """``(key, tensors)`` groups in consecutive chunks of at most ``max_groups`` groups and ``max_values``
     floating-point values (pixels) in all; a group larger than ``max_values`` is a chunk of its own."""
     chunks: list[list[tuple]] = []
     values = 0
     for group in groups:
-        size = sum(t.nelement() for t in group[1].values() if t.is_floating_point())
+        size = pixel_values(group[1])
         if not chunks or len(chunks[-1]) >= max_groups or values + size > max_values:
             chunks.append([])
             values = 0
@@ -204,8 +209,7 @@ class HFVLMScorer:
 
     def batch_precision(self) -> str:
         """``bf16`` when the batch path runs under bf16 autocast (CUDA with ``auto``, or ``bf16``), else ``fp32``."""
-        on_cuda = str(self.device).startswith("cuda")
-        return "bf16" if self.precision == "bf16" or (self.precision == "auto" and on_cuda) else "fp32"
+        return batch_precision(self.precision, self.device)
 
     def _mode(self, path: str) -> str:
         """The precision a path runs in: the feature cache keeps each image once per mode."""
