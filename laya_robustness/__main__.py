@@ -14,53 +14,8 @@ FIXTURES = Path("laya_fixtures")
 USAGE_ERROR = 4
 
 
-def sibling_meta(predictions_path: Path) -> dict:
-    """The "meta" of the summary.json beside the predictions file, or {}."""
-    sibling = predictions_path.parent / "summary.json"
-    if not sibling.is_file():
-        return {}
-    try:
-        data = json.loads(sibling.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    meta = data.get("meta") if isinstance(data, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
-def summarize_file(predictions_path: str | Path, out_path: str | Path, ece_floor_sims: int = 0) -> int:
-    """Summarize a predictions file into ``out_path`` (JSON) and print the tables; returns 0.
-
-    The meta comes from the "meta" key of a ``summary.json`` beside the predictions, if present.
-    With ``ece_floor_sims`` > 0 the summary has the "floor" block (seed 0, as the rest).
-    """
-    from laya_robustness.predictions import read_predictions
-    from laya_robustness.summary import summarize
-    from laya_robustness.tables import format_table
-
-    predictions_path = Path(predictions_path)
-    summary = summarize(read_predictions(predictions_path), sibling_meta(predictions_path),
-                        ece_floor_sims=ece_floor_sims)
-    Path(out_path).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(format_table(summary))
-    return 0
-
-
-def print_floor(predictions_path: str | Path, sims: int = 200, seed: int = 0) -> int:
-    """Print the ECE noise floor table of a predictions file's flat families; returns 0."""
-    from laya_robustness.metrics.floor import floor_block
-    from laya_robustness.predictions import read_predictions
-    from laya_robustness.summary import flat_records
-    from laya_robustness.tables import format_floor_table
-
-    if not (isinstance(sims, int) and sims >= 1):
-        raise ValueError(f"--sims must be an int >= 1, got {sims!r}")
-    block = floor_block(flat_records(read_predictions(predictions_path)), sims=sims, seed=seed)
-    print(format_floor_table({"floor": block}))
-    return 0
-
-
 def _calibrate(args) -> int:
-    from laya_robustness.calibrate import calibrate, format_calibration
+    from laya_robustness.analysis.calibrate import calibrate, format_calibration
 
     if args.seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
@@ -71,87 +26,15 @@ def _calibrate(args) -> int:
     return 0
 
 
-def model_names(paths: list[Path]) -> list[str]:
-    """A name per predictions file: its folder's name, or the path itself when two folders share a name."""
-    names = [p.parent.name or str(p) for p in paths]
-    return names if len(set(names)) == len(names) else [str(p) for p in paths]
-
-
-def parse_modalities(text: str | None) -> dict[str, str | None]:
-    """The declared family -> modality mapping, updated by ``"family=modality,..."`` (``none`` removes one)."""
-    from laya_robustness.metrics.stability_analysis import MODALITIES, default_modalities
-
-    out = default_modalities()
-    for item in filter(None, (text or "").split(",")):
-        family, sep, modality = item.strip().partition("=")
-        if not sep or not family or modality not in (*MODALITIES, "none"):
-            raise ValueError(f"--modalities: {item!r} is not family=modality with a modality of "
-                             f"{', '.join(MODALITIES)} or none")
-        out[family] = None if modality == "none" else modality
-    return out
-
-
-def stability_report(paths: list[Path], *, names: list[str] | None = None, modalities: str | None = None,
-                     seed: int | None = None, precision: float = 0.92, bins: int = 10, binning: str = "quantile",
-                     with_entropy: bool = False, json_out: Path | None = None, layerwise: dict | None = None) -> int:
-    """Print the stability tables of each predictions file and, for two or more, the cross-model tables;
-    with ``layerwise`` (model, data, families, scorer, device, max_groups, rows_per_set) the layerwise
-    divergence of the first file. ``json_out`` gets every number as JSON. Returns 0."""
-    from laya_robustness.metrics.cross_model import check_same_rows, cross_model_analysis, studied_records
-    from laya_robustness.metrics.stability_analysis import stability_analysis
-    from laya_robustness.predictions import read_predictions
-    from laya_robustness.stability_tables import format_cross_model, format_layerwise, format_stability
-
-    names = names or model_names(paths)
-    if len(names) != len(paths) or len(set(names)) != len(names):
-        raise ValueError(f"--names: need {len(paths)} distinct names, got {names}")
-    modality_of = parse_modalities(modalities)
-    seed = seed if seed is not None else int(sibling_meta(paths[0]).get("seed", 0))
-    records = {name: read_predictions(path) for name, path in zip(names, paths)}
-    check_same_rows(studied_records(records, modality_of))  # the sets the study covers: the same rows in each
-    out: dict = {"models": {}}
-    for name, recs in records.items():
-        out["models"][name] = stability_analysis(recs, modality_of, n_bins=bins, binning=binning)
-        print(format_stability(out["models"][name], name) + "\n")
-    if len(records) > 1:
-        try:
-            out["cross_model"] = cross_model_analysis(records, modality_of, seed=seed, precision=precision,
-                                                      with_entropy=with_entropy)
-        except ImportError as exc:
-            raise ValueError(f"{exc}; the correctness predictor needs scikit-learn: "
-                             "pip install 'laya-robustness[analysis]'") from exc
-        print(format_cross_model(out["cross_model"]) + "\n")
-    if layerwise is not None:
-        out["layerwise"] = layerwise_report(paths[0], modality_of=modality_of, **layerwise)
-        print(format_layerwise(out["layerwise"]))
-    if json_out is not None:
-        json_out.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return 0
-
-
-def layerwise_report(predictions: Path, *, model: str, data: Path, families: list[str], scorer: str = "hf",
-                     device: str = "cpu", max_groups: int = 0, seed: int | None = None,
-                     rows_per_set: int | None = None, modality_of: dict | None = None) -> dict:
-    """The layerwise divergence of a predictions file, its rows re-built from ``data`` and scored by ``model``."""
-    from laya_robustness.families import get_family
-    from laya_robustness.layerwise import layerwise_from_predictions
-    from laya_robustness.scoring import load_scorer
-
-    for family in families:
-        try:
-            get_family(family)
-        except KeyError as exc:
-            raise ValueError(f"--families: {exc.args[0]}") from None
-    return layerwise_from_predictions(predictions, data, families, scorer=load_scorer(scorer, model, device=device),
-                                      seed=seed, rows_per_set=rows_per_set, max_groups=max_groups,
-                                      modality_of=modality_of)
-
-
 def _summarize(args) -> int:
+    from laya_robustness.report.offline import summarize_file
+
     return summarize_file(args.predictions, args.out, ece_floor_sims=args.ece_floor_sims)
 
 
 def _floor(args) -> int:
+    from laya_robustness.report.offline import print_floor
+
     return print_floor(args.predictions, sims=args.sims, seed=args.seed)
 
 
@@ -167,7 +50,11 @@ def _report(args) -> int:
     for path in paths:
         print(f"wrote {path}")
     return 0
+
+
 def _stability(args) -> int:
+    from laya_robustness.analysis.study import stability_report
+
     layerwise = None
     if args.layerwise:
         missing = [flag for flag, value in (("--model", args.model), ("--data", args.data),
@@ -184,9 +71,7 @@ def _stability(args) -> int:
 
 
 def _fixture_rows(args) -> int:
-    from laya_robustness.fixture_rows import write_fixture_rows
-
-    from laya_robustness.fixture_rows import ROWS_PER_SET, VALIDATION_SEED
+    from laya_robustness.fixtures.rows import ROWS_PER_SET, VALIDATION_SEED, write_fixture_rows
 
     n_rows = args.rows_per_set if args.rows_per_set is not None else ROWS_PER_SET
     seed = args.seed if args.seed is not None else VALIDATION_SEED
@@ -196,11 +81,7 @@ def _fixture_rows(args) -> int:
 
 
 def _fixture_train(args) -> int:
-    from laya_robustness.train_fixture import train
-
-    from laya_robustness.train_fixture import STEPS
-
-    from laya_robustness.train_fixture import TRAIN_SEED
+    from laya_robustness.fixtures.train_smolvlm import STEPS, TRAIN_SEED, train
 
     seed = args.seed if args.seed is not None else TRAIN_SEED
     record = train(args.out, steps=args.steps if args.steps is not None else STEPS, seed=seed)
@@ -209,7 +90,7 @@ def _fixture_train(args) -> int:
 
 
 def _fixture_captions(args) -> int:
-    from laya_robustness.captions import N_IMAGES, VALIDATION_SEED, write_fixture_captions
+    from laya_robustness.fixtures.captions import N_IMAGES, VALIDATION_SEED, write_fixture_captions
 
     n_images = args.images if args.images is not None else N_IMAGES
     seed = args.seed if args.seed is not None else VALIDATION_SEED
@@ -218,7 +99,7 @@ def _fixture_captions(args) -> int:
 
 
 def _fixture_clip(args) -> int:
-    from laya_robustness.train_clip import EMBEDDED, STEPS, TRAIN_SEED, train
+    from laya_robustness.fixtures.train_clip import EMBEDDED, STEPS, TRAIN_SEED, train
 
     record = train(args.out, steps=args.steps if args.steps is not None else STEPS,
                    seed=args.seed if args.seed is not None else TRAIN_SEED,

@@ -1,4 +1,5 @@
-"""Open answers: the normalisation that makes a generated answer comparable with the accepted ones.
+"""What a record answered and whether it is right, and the normalisation that makes a generated answer
+comparable with the accepted ones.
 
 ``normalize_answer`` applies, in this order:
 
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Iterable
+from typing import Any, Iterable, Mapping
+
+from laya_robustness.records import OPEN, PredictionError
 
 TRAILING_PUNCTUATION = ".,;:!?"
 QUOTE_PAIRS = (('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"))
@@ -74,3 +77,44 @@ def is_accepted(answer: str, accepted: Iterable[str]) -> bool:
     target = normalize_answer(answer)
     return any(target == normalize_answer(a) for a in accepted)
 
+
+# -- a record's answer --------------------------------------------------------------------------------
+
+
+def is_scored(record: Mapping[str, Any]) -> bool:
+    """Whether the record has a right answer: a label (>= 0), or an open-answer row's accepted answers."""
+    return record["label"] >= 0 or record.get("primitive") == OPEN
+
+
+def is_correct(record: Mapping[str, Any]) -> bool:
+    """Whether the record's answer is right: an open row's ``correct`` flag, else argmax == label (a record
+    with label -1 that is not an open row is never correct; :func:`is_scored` tells them apart).
+
+    >>> is_correct({"argmax": 1, "label": 1}), is_correct({"argmax": 0, "label": -1})
+    (True, False)
+    >>> is_correct({"argmax": -1, "label": -1, "primitive": "open", "answer": "red", "correct": False})
+    False
+    """
+    if record.get("primitive") == OPEN or "correct" in record:
+        value = record.get("correct")
+        if not isinstance(value, bool):
+            raise PredictionError(str(record.get("row_id", "?")), "correct", f"expected true or false, got {value!r}")
+        return value
+    return record["label"] >= 0 and record["argmax"] == record["label"]
+
+
+def answer_of(record: Mapping[str, Any]):
+    """What the model answered: an open row's answer text, normalised (``normalize_answer``: a record the gate
+    made holds it normalised, and one written by hand compares the same way), else the argmax (an option index).
+
+    >>> answer_of({"argmax": 2, "label": 1})
+    2
+    >>> answer_of({"argmax": -1, "label": -1, "primitive": "open", "answer": "Red."})
+    'red'
+    """
+    if record.get("primitive") == OPEN or "answer" in record:
+        answer = record["answer"]
+        if not isinstance(answer, str):
+            raise PredictionError(str(record.get("row_id", "?")), "answer", f"expected a string, got {answer!r}")
+        return normalize_answer(answer)
+    return record["argmax"]

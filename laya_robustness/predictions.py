@@ -59,3 +59,16 @@ def read_predictions(path: str | Path) -> list[Record]:
             raise PredictionError(where, "(line)", f"not valid JSON: {exc}") from exc
         records.append(Record.parse(record, where))
     return records
+
+
+def sibling_meta(predictions_path: Path) -> dict:
+    """The "meta" of the summary.json beside the predictions file, or {}."""
+    sibling = predictions_path.parent / "summary.json"
+    if not sibling.is_file():
+        return {}
+    try:
+        data = json.loads(sibling.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    meta = data.get("meta") if isinstance(data, dict) else None
+    return meta if isinstance(meta, dict) else {}

@@ -1,22 +1,26 @@
-"""The Row type, the fields a row is read from, and the error every loader raises for a bad row.
+"""The Row type, the fields a row is read from, the error every loader raises for a bad row, and an image's
+content key.
 
 The loaders themselves (JSONL manifests, VLMEvalKit TSV, parquet and ``datasets`` directories)
-live in :mod:`laya_robustness.loaders`; ``load_rows`` and ``row_from_record`` here are their
-entry points.
+live in :mod:`laya_robustness.loaders`.
+
+>>> from PIL import Image
+>>> a, b = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "red")
+>>> image_digest(a) == image_digest(b)          # same pixels, size and mode: same key
+True
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import string
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from PIL import Image
-
-if TYPE_CHECKING:
-    from laya_robustness.loaders.settings import LoadSettings
 
 #: ``choice``: k options, one gold index; ``noul``: the options are no/yes; ``open``: no options,
 #: a tuple of accepted ``answers`` and ``label == -1`` (the caller judges a generated answer).
@@ -91,21 +95,21 @@ class Row:
         )
 
 
-def row_from_record(record: Mapping[str, Any], base_dir: Path, path, line: int,
-                    settings: "LoadSettings | None" = None, data_root: Path | None = None) -> Row:
-    """Validate one manifest record and build its Row (images decoded); image paths are relative to ``base_dir``.
-
-    Image paths must stay inside ``data_root`` (default ``base_dir``) unless the settings allow otherwise.
-    """
-    from laya_robustness.loaders.records import manifest_row
-    from laya_robustness.loaders.settings import LoadSettings
-
-    settings = settings or LoadSettings()
-    return manifest_row(record, Path(base_dir), Path(data_root or base_dir), path, line, settings).load()
+_DIGESTS: dict[int, tuple[weakref.ref, str]] = {}
 
 
-def load_rows(source: str | Path, settings: "LoadSettings | None" = None) -> dict[str, list[Row]]:
-    """Every row by dataset from a JSONL / TSV / parquet file, a ``datasets`` directory, or a directory of them."""
-    from laya_robustness.loaders import load_rows as _load_rows
-
-    return _load_rows(source, settings)
+def image_digest(image: Image.Image) -> str:
+    """sha256 over the image's mode, size and raw pixel bytes: its content key (the scorer's caches, the journal
+    and the data fingerprint all use it), memoised per live image object."""
+    key = id(image)
+    known = _DIGESTS.get(key)
+    if known is not None and known[0]() is image:
+        return known[1]
+    h = hashlib.sha256(f"{image.mode}:{image.size}".encode())
+    h.update(image.tobytes())
+    digest = h.hexdigest()
+    try:
+        _DIGESTS[key] = (weakref.ref(image, lambda _, key=key: _DIGESTS.pop(key, None)), digest)
+    except TypeError:  # an object without weak references: no memo
+        pass
+    return digest

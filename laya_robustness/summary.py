@@ -8,7 +8,7 @@ cell holding its headline metrics (``metrics.headline``) and its block metrics. 
 ``"floor"`` block holds the ECE noise floor of the flat families. The ``"stability"`` block also holds
 the row ``"any"``: per dataset, every default visual stability family pooled (AV over all their
 instances, V over samples changed by at least one; ``metrics.stability.any_visual_cell``). Text tables live in
-``laya_robustness.tables``; the command line in ``laya_robustness.__main__``.
+``laya_robustness.report.tables``; the command line in ``laya_robustness.__main__``.
 """
 
 from __future__ import annotations
@@ -16,24 +16,27 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from laya_robustness.families import FLAT, Family, find_family
-from laya_robustness.metrics import rounded
-from laya_robustness.metrics.accuracy import (
-    balanced_accuracy,
-    chance_rate,
-    group_key,
-    is_correct,
-    majority_rate,
-    orig_by_group,
+from laya_robustness.answers import is_correct
+from laya_robustness.families import (
+    FLAT,
+    STABILITY,
+    Family,
+    any_families,
+    blocks,
+    compares_flips,
+    find_family,
+    modalities,
 )
+from laya_robustness.metrics import rounded
+from laya_robustness.metrics.accuracy import balanced_accuracy, chance_rate, group_key, majority_rate, orig_by_group
 from laya_robustness.metrics.bootstrap import cluster_index, ece_ci, mean_ci, mean_se, resample_counts
 from laya_robustness.metrics.calibration import ece
 from laya_robustness.metrics.floor import floor_block
 from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline, headline_values
-from laya_robustness.metrics.stability import STABILITY, any_families, any_visual_cell
+from laya_robustness.metrics.stability import STABILITY as STABILITY_HEADLINES
+from laya_robustness.metrics.stability import any_visual_cell
 from laya_robustness.metrics.stability_analysis import stability_analysis
 from laya_robustness.records import ORIG, Record, parse_records
-
 
 #: The one-model stability analyses (answer entropy, stable shares, Tables 5, 7 and 8 of the stability
 #: study, the mutual-information ratio) of every dataset with variants of a family that has a modality.
@@ -222,7 +225,7 @@ def any_visual_cells(records: Sequence[Record], orig: Mapping, boot: Mapping[str
     out = {}
     for dataset, rows in sorted(by_dataset.items()):
         clusters, counts = _cell_counts(rows, ANY_VISUAL, dataset, boot, boot["n_boot"])
-        out[dataset] = {**any_visual_cell(rows, orig), **uncertainty(STABILITY, rows, orig, counts, clusters)}
+        out[dataset] = {**any_visual_cell(rows, orig), **uncertainty(STABILITY_HEADLINES, rows, orig, counts, clusters)}
     return out
 
 
@@ -271,16 +274,18 @@ def summarize(
             cells[dataset] = _family_cell(decl, family, dataset, rows, orig, boot, cache)
     any_cells = any_visual_cells(records, orig, boot)
     if any_cells:
-        out["stability"][ANY_VISUAL] = any_cells
+        out[STABILITY][ANY_VISUAL] = any_cells
     if ece_floor_sims > 0:
         out["floor"] = floor_block(flat_records(records), sims=ece_floor_sims, seed=seed)
-    analysis = stability_analysis(records)
+    analysis = stability_analysis(records, modalities())
     if analysis:
         out[STABILITY_ANALYSIS] = analysis
     if baseline is not None:
         from laya_robustness.metrics.baseline import baseline_block
 
-        out["baseline"] = baseline_block(records, _canonical(baseline), seed=seed, n_boot=n_boot)
+        flip_families = [f for f in sorted({r.family for r in records}) if compares_flips(f)]
+        out["baseline"] = baseline_block(records, _canonical(baseline), flip_families=flip_families, seed=seed,
+                                         n_boot=n_boot)
     return {k: v if k == "meta" else rounded(v) for k, v in out.items()}
 
 
@@ -297,13 +302,7 @@ def family_cell(records: Iterable[Mapping[str, Any]], family: str, dataset: str,
     return _family_cell(find_family(family), family, dataset, rows, orig, boot, cache)
 
 
-def summary_cell(summary: Mapping[str, Any], family: str, dataset: str) -> Mapping[str, Any]:
-    """The cell of (family, dataset), looked up in the block its family is declared in.
-
-    Raises KeyError naming the family, dataset and block when the summary has no such cell.
-    """
-    block = block_of(family)
-    try:
-        return summary[block][family][dataset]
-    except KeyError:
-        raise KeyError(f"summary has no cell {family}/{dataset} (looked in {block!r})") from None
+def summary_datasets(summary: Mapping[str, Any]) -> list[str]:
+    """Every dataset a summary holds a cell of, in any declared block, sorted."""
+    return sorted({d for b in blocks() if isinstance(summary.get(b), Mapping)
+                   for cells in summary[b].values() if isinstance(cells, Mapping) for d in cells})

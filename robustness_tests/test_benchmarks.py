@@ -96,8 +96,8 @@ def test_scorer_throughput(benchmark, robustness, device, path):
 @pytest.mark.parametrize("path", PATHS)
 def test_smolvlm_256m_shaped_throughput(benchmark, robustness, device, path, tmp_path_factory):
     """The SmolVLM-256M-shaped model (random weights, built from config): 6 photo rows + their option_order variants."""
+    from laya_robustness.fixtures.bench import build_256m_shaped, workload
     from laya_robustness.scoring import load_scorer
-    from laya_robustness.scoring.bench import build_256m_shaped, workload
 
     root = tmp_path_factory.getbasetemp() / "smolvlm-256m-shaped"
     model = root if (root / "config.json").exists() else build_256m_shaped(root)

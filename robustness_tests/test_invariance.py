@@ -2,8 +2,7 @@
 
 import pytest
 
-from laya_robustness.invariance import CONDITION_NAMES
-from laya_robustness.pytest_plugin.session import DUAL_CONDITIONS
+from laya_robustness.run.invariance import CONDITION_NAMES, DUAL_CONDITIONS
 
 pytestmark = pytest.mark.invariance
 

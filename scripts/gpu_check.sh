@@ -55,17 +55,17 @@ max_abs_dlogit = 1e-4
 max_flips = 0
 TOML
 
-step build-256m 0 "$PY" -m laya_robustness.scoring.bench build "$MODEL" --image-size "$SIZE"
+step build-256m 0 "$PY" -m laya_robustness.fixtures.bench build "$MODEL" --image-size "$SIZE"
 for path in batch per_option predict_cached predict_uncached; do
-  step "bench-256m-$path" 0 "$PY" -m laya_robustness.scoring.bench run "$MODEL" --device "$DEVICE" --path "$path" \
+  step "bench-256m-$path" 0 "$PY" -m laya_robustness.fixtures.bench run "$MODEL" --device "$DEVICE" --path "$path" \
     --rows "$ROWS" --image-size "$SIZE" --out "$OUT/bench-256m-$path.json"
 done
 step profile-256m 0 "$PY" scripts/profile_scorer.py "$MODEL" --device "$DEVICE" --rows "$ROWS" --image-size "$SIZE" \
   --out "$OUT/profile-256m"
 # Photos as SmolVLM-256M cuts them: images scaled to 4 x SIZE, 17 tiles each; preprocessing is the host's main cost.
-step build-256m-tiled 0 "$PY" -m laya_robustness.scoring.bench build "$MODEL-tiled" --image-size "$SIZE" --split
+step build-256m-tiled 0 "$PY" -m laya_robustness.fixtures.bench build "$MODEL-tiled" --image-size "$SIZE" --split
 for path in batch predict_cached; do
-  step "bench-256m-tiled-$path" 0 "$PY" -m laya_robustness.scoring.bench run "$MODEL-tiled" --device "$DEVICE" \
+  step "bench-256m-tiled-$path" 0 "$PY" -m laya_robustness.fixtures.bench run "$MODEL-tiled" --device "$DEVICE" \
     --path "$path" --rows "$ROWS" --image-size $((2 * SIZE)) --out "$OUT/bench-256m-tiled-$path.json"
 done
 # The gate on the 256M-shaped model: random weights, so family limits fail (exit 1); 3 would be a broken harness.

@@ -1,6 +1,7 @@
 """Fixtures shared by the project's own tests: the embedded checkpoint and fixture rows."""
 
 from pathlib import Path
+from typing import Any, Mapping
 
 import pytest
 
@@ -11,7 +12,7 @@ FIXTURE_ROWS = ROOT / "laya_fixtures" / "rows"
 
 @pytest.fixture(scope="session")
 def fixture_rows():
-    from laya_robustness.rows import load_rows
+    from laya_robustness.loaders import load_rows
 
     return load_rows(FIXTURE_ROWS)
 
@@ -21,3 +22,17 @@ def embedded_scorer():
     from laya_robustness.scoring.hf import HFVLMScorer
 
     return HFVLMScorer.from_pretrained(str(EMBEDDED_MODEL))
+
+
+def summary_cell(summary: Mapping[str, Any], family: str, dataset: str) -> Mapping[str, Any]:
+    """The cell of (family, dataset), looked up in the block its family is declared in.
+
+    Raises KeyError naming the family, dataset and block when the summary has no such cell.
+    """
+    from laya_robustness.summary import block_of
+
+    block = block_of(family)
+    try:
+        return summary[block][family][dataset]
+    except KeyError:
+        raise KeyError(f"summary has no cell {family}/{dataset} (looked in {block!r})") from None

@@ -5,8 +5,9 @@ import json
 import pytest
 from PIL import Image
 
-from laya_robustness.captions import (CAPTION_SET, caption_holds, generate_captions, load_captions, noun_phrase,
-                                      parse_mentions, parse_relation, write_captions)
+from laya_robustness.families.lgip.grammar import caption_holds, noun_phrase, parse_mentions, parse_relation
+from laya_robustness.fixtures.captions import CAPTION_SET, generate_captions, write_captions
+from laya_robustness.loaders.captions import load_captions
 from laya_robustness.rows import RowError
 
 from conftest import ROOT

@@ -4,9 +4,11 @@ import math
 
 import pytest
 
-from laya_robustness.checks import CheckResult, evaluate_cell, evaluate_invariance, failure_message, worst_groups
+from laya_robustness.gate.explain import failure_message, worst_groups
+from laya_robustness.gate.judgement import evaluate_cell, evaluate_invariance
+from laya_robustness.gate.results import CheckResult
 from laya_robustness.summary import summarize
-from laya_robustness.thresholds import CHECKS
+from laya_robustness.gate.catalogue import CHECKS
 
 UP = lambda x: math.nextafter(x, math.inf)  # noqa: E731  the next float above x
 DOWN = lambda x: math.nextafter(x, -math.inf)  # noqa: E731  the next float below x

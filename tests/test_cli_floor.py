@@ -11,7 +11,7 @@ from laya_robustness.metrics.floor import floor_block
 from laya_robustness.predictions import write_predictions
 from laya_robustness.rng import keyed_rng
 from laya_robustness.summary import summarize
-from laya_robustness.tables import format_floor_table
+from laya_robustness.report.tables import format_floor_table
 
 DATASETS = ("mapqa", "vsr")
 N_GROUPS = 30

@@ -182,7 +182,7 @@ def test_the_entropies_can_be_added_as_features():
 
 
 def test_the_predictor_table_says_when_the_precision_is_never_reached():
-    from laya_robustness.stability_tables import format_cross_model
+    from laya_robustness.report.stability_tables import format_cross_model
 
     def predictor(source, target, recall, best):
         reading = {"recall": recall, "threshold": None, "best_precision": best}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from laya_robustness.families import FLAT, build_variants, families_in, family_names, get_builder
+from laya_robustness.families import FLAT, build_variants, families_in, family_names, get_family
 from laya_robustness.families import form, injection, options
 from laya_robustness.families.image_shuffle import donor_clusters
 from laya_robustness.rows import Row
@@ -70,12 +70,12 @@ def _same(a: Row, b: Row) -> bool:
 def test_registered_outside_the_flat_block():
     assert set(EXTENSIONS) <= set(family_names())
     assert not set(EXTENSIONS) & {f.name for f in families_in(FLAT)}
-    assert get_builder("option_set") is options.build_option_set
-    assert get_builder("abstain") is options.build_abstain
-    assert get_builder("form_choice") is form.build_form_choice
-    assert get_builder("negation") is form.build_negation
-    assert get_builder("inject_text") is injection.build_inject_text
-    assert get_builder("inject_image") is injection.build_inject_image
+    assert get_family("option_set").build is options.build_option_set
+    assert get_family("abstain").build is options.build_abstain
+    assert get_family("form_choice").build is form.build_form_choice
+    assert get_family("negation").build is form.build_negation
+    assert get_family("inject_text").build is injection.build_inject_text
+    assert get_family("inject_image").build is injection.build_inject_image
 
 
 @pytest.mark.parametrize("family", EXTENSIONS)
@@ -301,3 +301,11 @@ def test_long_target_text_is_shrunk_to_fit():
     drawn = np.asarray(injection.draw_center(plain, "a man riding a bicycle"))
     changed = np.argwhere((drawn != np.asarray(plain)).any(axis=-1))
     assert changed[:, 1].min() > 0 and changed[:, 1].max() < 99
+
+
+def test_a_family_in_an_unknown_block_is_refused_naming_the_blocks():
+    from laya_robustness.families import BLOCKS, Family
+
+    with pytest.raises(ValueError, match="block 'stabilty' is not one of") as info:
+        Family(name="typo", build=lambda rows, seed: [], summary="", block="stabilty", cell=lambda r, o, b: {})
+    assert all(block in str(info.value) for block in BLOCKS)

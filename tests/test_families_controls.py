@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from laya_robustness.families import build_variants, family_names, get_builder
+from laya_robustness.families import build_variants, family_names, get_family
 from laya_robustness.families import image_shuffle, text_only
 from laya_robustness.families.image_shuffle import donor_clusters
 from laya_robustness.rows import Row
@@ -48,8 +48,8 @@ A_CLUSTERS = {f"a/c{i}" for i in range(5)}
 def test_registered():
     names = family_names()
     assert {"image_shuffle", "text_only"} <= set(names)
-    assert get_builder("image_shuffle") is image_shuffle.build
-    assert get_builder("text_only") is text_only.build
+    assert get_family("image_shuffle").build is image_shuffle.build
+    assert get_family("text_only").build is text_only.build
 
 
 # --- image_shuffle -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageEnhance
 
-from laya_robustness.families import build_variants, family_names, get_builder
+from laya_robustness.families import build_variants, family_names, get_family
 from laya_robustness.families import image as image_family
 from laya_robustness.rows import Row
 
@@ -46,7 +46,7 @@ def as_array(im: Image.Image) -> np.ndarray:
 
 def test_registered():
     assert "image" in family_names()
-    assert get_builder("image") is image_family.build
+    assert get_family("image").build is image_family.build
 
 
 def test_eight_variants_per_row_with_images_none_without():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from laya_robustness.families import build_variants, family_names, get_builder
+from laya_robustness.families import build_variants, family_names, get_family
 from laya_robustness.families import text as text_family
 from laya_robustness.rows import Row
 
@@ -41,7 +41,7 @@ NOUL = make_row("ds/2", "Is the cat on the mat?", ("no", "yes"), label=1, primit
 
 def test_registered():
     assert "text" in family_names()
-    assert get_builder("text") is text_family.build
+    assert get_family("text").build is text_family.build
 
 
 def test_choice_row_exact_outputs():

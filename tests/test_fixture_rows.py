@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from laya_robustness.fixture_rows import SET_NAMES, generate_rows, write_fixture_rows
-from laya_robustness.rows import load_rows
+from laya_robustness.fixtures.rows import SET_NAMES, generate_rows, write_fixture_rows
+from laya_robustness.loaders import load_rows
 
 COMMITTED = Path(__file__).resolve().parents[1] / "laya_fixtures" / "rows"
 

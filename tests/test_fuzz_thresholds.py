@@ -10,9 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from laya_robustness.thresholds import (
-    CHECKS, INVARIANCE_KEYS, Thresholds, ThresholdsError, load_thresholds,
-)
+from laya_robustness.gate.catalogue import CHECKS, INVARIANCE_KEYS
+from laya_robustness.gate.thresholds import load_thresholds, Thresholds, ThresholdsError
 
 FAMILIES = ("orig", "option_order", "image_shuffle")
 DATASETS = ("colour_choice", "exists_yesno")

@@ -7,11 +7,12 @@ from collections import defaultdict
 import pytest
 
 from fakes import OracleScorer
-from laya_robustness.captions import generate_captions
+from laya_robustness.fixtures.captions import generate_captions
 from laya_robustness.families import FLAT, build_variants, declared
-from laya_robustness.fixture_rows import generate_rows
-from laya_robustness.records import prediction_record
-from laya_robustness.summary import summarize, summary_cell
+from laya_robustness.fixtures.rows import generate_rows
+from laya_robustness.run.scoring import prediction_record
+from conftest import summary_cell
+from laya_robustness.summary import summarize
 
 WORDS = ("crimson", "lime", "navy", "gold", "teal", "plum", "rust", "sand")
 TEMPERATURES = {"choice": 1.0, "noul": 1.0, "score": 1.0}

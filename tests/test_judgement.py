@@ -5,9 +5,11 @@ from statistics import NormalDist
 
 import pytest
 
-from laya_robustness.checks import Judgement, evaluate_cell, judge_on_interval
+from laya_robustness.gate.judgement import evaluate_cell, judge_on_interval, Judgement
 from laya_robustness.metrics.baseline import baseline_block, mcnemar_p
-from laya_robustness.thresholds import Gate, ThresholdsError, load_thresholds
+
+FLIPS = ("text",)  # the meaning-preserving families of these records
+from laya_robustness.gate.thresholds import Gate, ThresholdsError, load_thresholds
 
 Z = NormalDist().inv_cdf
 
@@ -118,13 +120,13 @@ def _rec(group, family, argmax, label=1, dataset="d", cluster=None):
 def test_baseline_paired_difference_and_mcnemar_by_hand():
     before = [_rec(f"g{i}", "orig", 1) for i in range(4)] + [_rec(f"g{i}", "text", 1) for i in range(4)]
     now = [_rec(f"g{i}", "orig", 1) for i in range(4)] + [_rec(f"g{i}", "text", 0 if i < 2 else 1) for i in range(4)]
-    block = baseline_block(now, before, n_boot=200)
+    block = baseline_block(now, before, flip_families=FLIPS, n_boot=200)
     cell = block["text"]["d"]
     assert (cell["n_matched"], cell["acc"], cell["acc_baseline"], cell["acc_diff"]) == (4, 0.5, 1.0, -0.5)
     assert cell["mcnemar_acc"] == {"n_pairs": 4, "b": 2, "c": 0, "p": 0.5}
     assert cell["mcnemar_flip"]["c"] == 2  # two answers now differ from their orig, none did before
     assert block["text"]["all"]["acc_diff"] == -0.5 and block["orig"]["d"]["acc_diff"] == 0.0
-    same = baseline_block(before, before, n_boot=200)["text"]["all"]
+    same = baseline_block(before, before, flip_families=FLIPS, n_boot=200)["text"]["all"]
     assert same["acc_diff"] == 0.0 and same["acc_diff_se"] == 0.0 and same["mcnemar_acc"]["p"] == 1.0
 
 
@@ -137,7 +139,7 @@ def test_flip_regression_by_hand_and_only_where_the_answer_should_not_change():
     now = ([_rec("g0", "orig", 1), _rec("g1", "orig", 1), _rec("g2", "orig", 0), _rec("g3", "orig", 1)]
            + [_rec("g0", "text", 0), _rec("g1", "text", 1), _rec("g2", "text", 1), _rec("g3", "text", 1)]
            + [_rec(f"g{i}", "image_shuffle", 0) for i in range(4)])
-    block = baseline_block(now, before, n_boot=200)
+    block = baseline_block(now, before, flip_families=FLIPS, n_boot=200)
     cell = block["text"]["all"]
     # per group, flip now - flip before: g0 1 - 0, g1 0 - 1, g2 1 - 0, g3 0 - 0 -> (1 - 1 + 1 + 0) / 4
     assert cell["flip_diff"] == 0.25 and cell["n_flip_groups"] == 4

@@ -11,11 +11,12 @@ from conftest import FIXTURE_ROWS
 from fakes import OracleScorer
 
 from laya_robustness.__main__ import main
-from laya_robustness.layerwise import layer_distances, layerwise_divergence, normalised_divergence
+from laya_robustness.analysis.layerwise import layer_distances, layerwise_divergence, normalised_divergence
 from laya_robustness.predictions import write_predictions
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
-from laya_robustness.run import Scoring, load_source_rows
+from laya_robustness.run.inputs import load_source_rows
+from laya_robustness.run.scoring import Scoring
 
 MODALITY_OF = {"shift": "visual", "reph": "phrasing"}
 

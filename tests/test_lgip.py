@@ -7,11 +7,14 @@ from collections import Counter
 import pytest
 from PIL import Image
 
-from laya_robustness.captions import caption_holds, caption_row, generate_captions
-from laya_robustness.lgip import (FAMILY_COMBINED, FAMILY_FLIP, FAMILY_PARAPHRASE, PARAPHRASE_RULES, agree_there,
-                                  build_combined, build_flips, build_paraphrases, count_strength, load_paraphrases,
-                                  paraphrases, passive, reorder_list, reorder_relation, scene_flips, synonym,
-                                  word_list_flips)
+from laya_robustness.families.lgip.grammar import caption_holds
+from laya_robustness.fixtures.captions import generate_captions
+from laya_robustness.loaders.captions import caption_row
+from laya_robustness.families.lgip.variants import (PARAPHRASE_RULES, agree_there, build_combined, build_flips,
+                                                    build_paraphrases, count_strength, load_paraphrases, paraphrases,
+                                                    passive, reorder_list, reorder_relation, scene_flips, synonym,
+                                                    word_list_flips)
+from laya_robustness.metrics.lgip import FAMILY_COMBINED, FAMILY_FLIP, FAMILY_PARAPHRASE
 from laya_robustness.rows import RowError
 
 IMAGE = Image.new("RGB", (4, 4))
@@ -220,10 +223,10 @@ def test_builders_refuse_rows_that_are_not_captions(fixture_rows):
 
 
 def test_docstring_examples_hold():
-    import laya_robustness.captions
-    import laya_robustness.lgip
+    import laya_robustness.families.lgip.grammar
+    import laya_robustness.families.lgip.variants
     import laya_robustness.metrics.lgip
 
-    for module in (laya_robustness.captions, laya_robustness.lgip, laya_robustness.metrics.lgip):
+    for module in (laya_robustness.families.lgip.grammar, laya_robustness.families.lgip.variants, laya_robustness.metrics.lgip):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__

@@ -3,8 +3,8 @@
 import numpy as np
 
 from fakes import OracleScorer
-from laya_robustness.calibrate import format_calibration
-from laya_robustness.fixture_rows import generate_rows
+from laya_robustness.analysis.calibrate import format_calibration
+from laya_robustness.fixtures.rows import generate_rows
 from laya_robustness.families import build_variants
 from laya_robustness.scoring.planted import PlantedRegression
 
@@ -39,7 +39,7 @@ def test_the_calibration_table_names_what_varied():
 def test_a_planted_run_is_caught_when_past_the_limit_and_detected_when_mcnemar_finds_it(tmp_path):
     import json
 
-    from laya_robustness.calibrate import planted_outcome
+    from laya_robustness.analysis.calibrate import planted_outcome
 
     summary = {"baseline": {"text": {"all": {"acc_diff": -0.0118, "acc_diff_ci": [-0.0167, -0.0067],
                                              "mcnemar_acc": {"b": 259, "c": 163, "n_pairs": 8640, "p": 3e-06}}}}}
@@ -81,8 +81,8 @@ def test_the_regression_checks_against_another_run_of_the_same_model_and_against
     away from the orig answers (and the label) -> both the accuracy and the flip checks fail."""
     from pathlib import Path
 
-    from laya_robustness.calibrate import null_regression
-    from laya_robustness.records import prediction_record
+    from laya_robustness.analysis.calibrate import null_regression
+    from laya_robustness.run.scoring import prediction_record
 
     rows = generate_rows("colour_choice", 60, seed=4)
     variants = rows + build_variants("text", rows, 0)

@@ -15,7 +15,7 @@ from transformers import CLIPModel, CLIPProcessor, SiglipModel, SiglipProcessor 
 from transformers.models.clip import image_processing_pil_clip  # noqa: F401
 from transformers.models.siglip import image_processing_pil_siglip  # noqa: F401
 
-from laya_robustness.fixture_rows import generate_rows, write_manifest
+from laya_robustness.fixtures.rows import generate_rows, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -231,20 +231,9 @@ def build(rows, seed):
 declare(Family(name="grayscale", build=build, summary="the image in grayscale", variants=("gray",),
                checks=("max_flip", "max_drop"), title="grayscale", short="gray"))
 """
-THROWAWAY_TEST = """
-import pytest
-
-pytestmark = pytest.mark.grayscale
-
-
-def test_grayscale(robustness, dataset, device):
-    robustness.check_family("grayscale", dataset, device)
-"""
-
-
 def test_a_family_declared_in_one_module_runs_end_to_end(gate):
+    """Declared in a module of its own, the family gets its gate test from the registry: no test module to write."""
     (gate.path / "throwaway_family.py").write_text(THROWAWAY_FAMILY)
-    (gate.path / "robustness_tests" / "test_grayscale.py").write_text(THROWAWAY_TEST)
     (gate.path / "limits.toml").write_text(PASSING_LIMITS + "[families.grayscale]\nmax_flip = 0.9\n")
     result = run(gate, "-p", "throwaway_family", "--families", "grayscale", "-k", "grayscale and not gpu",
                  "--markers", subprocess=True)
@@ -261,6 +250,42 @@ def test_a_family_declared_in_one_module_runs_end_to_end(gate):
     result = run(gate, "-p", "throwaway_family", "--families", "grayscale", subprocess=True)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*check 'max_asr' does not apply to family 'grayscale'*"])
+
+
+def install_plugin_package(site: Path, module: str, source: str) -> None:
+    """Install a package into ``site`` as pip would leave it: its module and a dist-info folder whose
+    entry_points.txt names the module under ``laya_robustness.families``."""
+    (site / f"{module}.py").write_text(source)
+    info = site / "laya_grayscale_family-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: laya-grayscale-family\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[laya_robustness.families]\ngrayscale = {module}\n")
+    (info / "RECORD").write_text("")
+
+
+def test_a_family_from_an_installed_package_is_scored_gated_and_reported(gate, monkeypatch):
+    site = gate.path / "site"
+    site.mkdir()
+    install_plugin_package(site, "grayscale_plugin", THROWAWAY_FAMILY)
+    monkeypatch.setenv("PYTHONPATH", f"{TESTS}:{site}")
+    (gate.path / "limits.toml").write_text(PASSING_LIMITS + "[families.grayscale]\nmax_flip = 0.9\n")
+    args = ("--families", "option_order,grayscale", "-k", "not gpu")
+    result = run(gate, *args, "--co", "-q", subprocess=True)
+    result.stdout.fnmatch_lines(["*test_families.py::test_grayscale[[]colour_choice-cpu[]]",
+                                 "*test_families.py::test_grayscale[[]exists_yesno-cpu[]]"])
+    result = run(gate, *args, subprocess=True)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*grayscale*colour_choice*ok*"])  # a row of the terminal table
+    assert "grayscale" in (gate.path / "reports" / "report.html").read_text()
+    assert "grayscale" in (gate.path / "reports" / "summary.md").read_text()
+    checks = json.loads((gate.path / "reports" / "checks.json").read_text())["results"]
+    assert {(r["family"], r["check"]) for r in checks if r["family"] == "grayscale"} == {("grayscale", "max_flip")}
+    # a crossed limit of the plug-in family fails the run (exit 1), naming it
+    (gate.path / "limits.toml").write_text(PASSING_LIMITS + "[families.grayscale]\nmax_flip = 0.0\n"
+                                           "[gate]\njudge = \"point\"\n")
+    result = run(gate, *args, subprocess=True)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*FAILED*test_grayscale[[]colour_choice-cpu[]]*"])
 
 
 def test_the_gate_runs_on_a_vlmevalkit_tsv_with_the_shipped_limits(gate):
@@ -473,7 +498,7 @@ def test_a_batch_dependent_scorer_fails_invariance_naming_the_row(gate):
 
 
 def test_offline_summary_equals_the_online_one(gate):
-    from laya_robustness.__main__ import summarize_file as run_cli
+    from laya_robustness.report.offline import summarize_file as run_cli
 
     result = run(gate, "--families", "option_order,text,image_shuffle,text_only")
     assert result.ret == 0, result.stdout.str()

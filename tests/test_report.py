@@ -20,10 +20,11 @@ from PIL import Image
 
 from fakes import OracleScorer
 from laya_robustness.__main__ import main
-from laya_robustness.checks import CheckResult, evaluate_cell
+from laya_robustness.gate.judgement import evaluate_cell
+from laya_robustness.gate.results import CheckResult
 from laya_robustness.families import build_variants, declared, default_families, get_family
-from laya_robustness.fixture_rows import SET_NAMES, generate_rows, write_manifest
-from laya_robustness.metrics.accuracy import is_correct
+from laya_robustness.fixtures.rows import SET_NAMES, generate_rows, write_manifest
+from laya_robustness.answers import is_correct
 from laya_robustness.metrics.calibration import ece
 from laya_robustness.predictions import write_predictions
 from laya_robustness.records import ORIG
@@ -33,7 +34,8 @@ from laya_robustness.report.cells import cell_rows, cell_verdicts, columns_of, e
 from laya_robustness.report.compare import summary_changes
 from laya_robustness.report.curves import reliability, strength_curves
 from laya_robustness.report.examples import BROKEN, FLIPPED, check_source_rows, rebuild_rows, select_examples
-from laya_robustness.run import Scoring, load_source_rows
+from laya_robustness.run.inputs import load_source_rows
+from laya_robustness.run.scoring import Scoring
 from laya_robustness.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +113,7 @@ def test_blocks_and_columns_come_from_the_declarations(run):
 def test_offline_verdicts_are_the_gate_checks(run, limits):
     """evaluate_summary checks what the gate's tests check: evaluate_cell with each cell's limits, judged as
     the gate judges them (alpha / m over the m interval-judged limits)."""
-    from laya_robustness.checks import Judgement
+    from laya_robustness.gate.judgement import Judgement
 
     summary = run["summary"]
     results = evaluate_summary(summary, limits)
@@ -391,7 +393,7 @@ def test_open_answer_rows_are_shown_by_their_text(tmp_path):
 def test_the_rows_are_read_again_with_the_captions_and_the_users_variants(tmp_path):
     """Offline, ``reread_rows`` gives the rows the gate scored: the question rows under the meta's reading rules
     and user files, and the caption rows the lgip families probed (a run's fingerprint covers both)."""
-    from laya_robustness.report import reread_rows
+    from laya_robustness.run.inputs import reread_rows
 
     first = load_source_rows(ROOT / "laya_fixtures" / "rows", 5, 0)["exists_yesno"][0]
     (tmp_path / "reph.jsonl").write_text(json.dumps({"row_id": first.row_id, "rephrasings": ["Is it there?"]}) + "\n")

@@ -6,7 +6,7 @@ import pytest
 import torch  # noqa: F401  (imported once here: pytester's in-process runs must not re-import it)
 
 from laya_robustness.pytest_plugin.terminal import WIDTH, table_lines
-from laya_robustness.report.progress import LineProgress, Quiet, scoring_progress
+from laya_robustness.pytest_plugin.progress import LineProgress, Quiet, scoring_progress
 from test_plugin import make_gate
 
 pytest_plugins = ["pytester"]
@@ -135,7 +135,7 @@ def test_gate_under_q_prints_no_progress(gate):
 
 
 def test_a_broken_report_is_a_harness_error_not_a_crash(gate, monkeypatch):
-    import laya_robustness.report as report
+    import laya_robustness.pytest_plugin.reports as report
 
     def broken(*args, **kwargs):
         raise RuntimeError("cannot draw")

@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from laya_robustness.scoring import cache, layout
-from laya_robustness.scoring.cache import ByteLRU, SegmentedLRU, image_digest
+from laya_robustness.rows import image_digest
+from laya_robustness.scoring.cache import ByteLRU, SegmentedLRU
 from laya_robustness.scoring.layout import Prompt, allowed, collate, pack
 
 

@@ -10,19 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from laya_robustness.metrics.stability_analysis import (
-    answer_entropy,
-    answer_of,
-    conditional_mutual_information,
-    default_modalities,
-    discretize,
-    is_correct,
-    mi_ratio,
-    mutual_information,
-    pearson,
-    samples,
-    stability_analysis,
-)
+from laya_robustness.answers import answer_of, is_correct
+from laya_robustness.metrics.stability_analysis import (answer_entropy, conditional_mutual_information, discretize,
+                                                        mi_ratio, mutual_information, pearson, samples,
+                                                        stability_analysis)
 from laya_robustness.records import PredictionError
 
 MODALITY_OF = {"shift": "visual", "pad": "visual", "reph": "phrasing", "ctl": None}
@@ -68,13 +59,17 @@ def test_answer_of_is_the_argmax_or_the_normalised_answer_text():
 
 
 def test_is_correct_for_choice_rows_open_rows_and_rows_without_a_label():
+    from laya_robustness.answers import is_scored
+
     assert is_correct(rec("g", "orig", "orig", 1, label=1)) is True
     assert is_correct(rec("g", "orig", "orig", 0, label=1)) is False
-    assert is_correct(rec("g", "orig", "orig", 0, label=-1)) is None
+    unlabelled = rec("g", "orig", "orig", 0, label=-1)
+    assert is_correct(unlabelled) is False and not is_scored(unlabelled)  # no right answer: never right
     open_row = {"argmax": -1, "label": -1, "primitive": "open", "answer": "red"}
     assert is_correct({**open_row, "correct": True}) is True
     assert is_correct({**open_row, "correct": False}) is False
-    assert is_correct(open_row) is None
+    with pytest.raises(PredictionError, match=r"field 'correct': expected true or false, got None"):
+        is_correct(open_row)
     with pytest.raises(PredictionError, match=r"d/3: field 'correct': expected true or false, got 1"):
         is_correct({**open_row, "row_id": "d/3", "correct": 1})
 
@@ -195,12 +190,14 @@ def test_a_dataset_without_modality_variants_is_left_out():
 
 
 def test_the_default_modalities_come_from_the_declarations():
-    modality_of = default_modalities()
+    from laya_robustness.families import modalities
+
+    modality_of = modalities()
     assert modality_of["image"] == "visual" and modality_of["text"] == "phrasing"
     assert modality_of["orig"] is None and modality_of["image_shuffle"] is None
     records = [{**r, "family": {"shift": "image", "pad": "image", "reph": "text"}.get(r["family"], r["family"])}
                for r in hand_records() if r["family"] != "ctl"]
-    block = stability_analysis(records)["d"]
+    block = stability_analysis(records, modality_of)["d"]
     assert block["families"] == {"visual": ["image"], "phrasing": ["text"]}
     assert block["stable_shares"]["visual+phrasing"]["share"] == 0.25
 

@@ -8,7 +8,8 @@ import json
 import pytest
 from test_stability_analysis_synthetic import MODALITY_OF, write_models
 
-from laya_robustness.__main__ import main, model_names, parse_modalities
+from laya_robustness.__main__ import main
+from laya_robustness.analysis.study import model_names, parse_modalities
 from laya_robustness.metrics.cross_model import cross_model_analysis
 from laya_robustness.metrics.stability_analysis import stability_analysis
 from laya_robustness.predictions import read_predictions

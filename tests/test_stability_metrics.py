@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 from fakes import OracleScorer
-from laya_robustness.families import build_variants, get_family
-from laya_robustness.fixture_rows import generate_rows
+from laya_robustness.families import any_families, build_variants, get_family
+from laya_robustness.fixtures.rows import generate_rows
 from laya_robustness.metrics.headline import headline_values
 from laya_robustness.metrics.stability import (
     AV,
     V,
-    any_families,
     any_visual_cell,
     changed,
     is_right,
@@ -25,9 +24,10 @@ from laya_robustness.metrics.stability import (
     stability_cell,
     truth_of,
 )
-from laya_robustness.records import open_record, prediction_record
+from laya_robustness.run.scoring import open_record, prediction_record
 from laya_robustness.rows import Row
-from laya_robustness.summary import summarize, summary_cell
+from conftest import summary_cell
+from laya_robustness.summary import summarize
 
 TEMPERATURES = {"choice": 1.0, "noul": 1.0, "score": 1.0}
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from laya_robustness.__main__ import summarize_file as run_cli
+from laya_robustness.report.offline import summarize_file as run_cli
 from laya_robustness.families import get_family
 from laya_robustness.metrics import rounded
 from laya_robustness.metrics.accuracy import orig_by_group
@@ -14,8 +14,9 @@ from laya_robustness.metrics.floor import floor_block
 from laya_robustness.metrics.headline import headline_values
 from laya_robustness.predictions import write_predictions
 from laya_robustness.rng import keyed_rng
-from laya_robustness.summary import block_of, summarize, summary_cell
-from laya_robustness.tables import format_floor_table, format_injection_table, format_table
+from conftest import summary_cell
+from laya_robustness.summary import block_of, summarize
+from laya_robustness.report.tables import format_floor_table, format_injection_table, format_table
 
 CLUSTERS = {"g1": "c1", "g2": "c1", "g3": "c2", "g4": "c3"}
 ORIG = {"g1": (1, 1), "g2": (0, 0), "g3": (1, 0), "g4": (1, 1)}  # group: (label, argmax); acc 3/4

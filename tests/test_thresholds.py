@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_robustness.thresholds import KnownLimitation, ThresholdsError, load_thresholds
+from laya_robustness.gate.thresholds import KnownLimitation, ThresholdsError, load_thresholds
 
 FAMILIES = ("orig", "option_order", "text", "image", "image_shuffle", "text_only", "inject_text")
 DATASETS = ("exists_yesno", "left_of_yesno", "colour_choice", "count_choice", "context_choice")
@@ -54,8 +54,9 @@ def write(tmp_path: Path, text: str, name: str = "limits.toml") -> Path:
     return path
 
 
-def load(path):
-    return load_thresholds(path, families=FAMILIES, datasets=DATASETS, conditions=CONDITIONS)
+def load(path, families=None):
+    return load_thresholds(path, families=FAMILIES if families is None else families, datasets=DATASETS,
+                           conditions=CONDITIONS)
 
 
 def error(tmp_path: Path, text: str) -> ThresholdsError:
@@ -134,7 +135,7 @@ def _declared_checks():
 
 
 def test_repo_thresholds_file_holds_release_limits_for_any_data():
-    from laya_robustness.pytest_plugin.session import INVARIANCE_CONDITIONS
+    from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
 
     path = Path(__file__).resolve().parents[1] / "thresholds.toml"
     t = load_thresholds(path, families=_declared_checks(), datasets=["my_photos"], conditions=INVARIANCE_CONDITIONS)
@@ -146,8 +147,8 @@ def test_repo_thresholds_file_holds_release_limits_for_any_data():
 
 
 def test_fixture_overlay_declares_the_embedded_defaults_misses():
-    from laya_robustness.fixture_rows import SET_NAMES
-    from laya_robustness.pytest_plugin.session import INVARIANCE_CONDITIONS
+    from laya_robustness.fixtures.rows import SET_NAMES
+    from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
 
     root = Path(__file__).resolve().parents[1]
     t = load_thresholds(root / "thresholds.toml", families=_declared_checks(), datasets=SET_NAMES,
@@ -256,6 +257,9 @@ BASE = "version = 1\n[families.text]\nmax_flip = 0.1\n"
          ["unknown invariance key", "did you mean 'bitwise'"]),
         ("version = 1\n[invariance.repeat]\n", "invariance.repeat", ["no limit given"]),
         ("version = 1\n[invariance.repeat]\nbitwise = 1\n", "invariance.repeat.bitwise", ["true or false"]),
+        # bitwise = false alone would judge nothing: a check that could never fail
+        ("version = 1\n[invariance.repeat]\nbitwise = false\n", "invariance.repeat.bitwise",
+         ["asks for nothing", "bitwise = true", "max_abs_dp"]),
         ("version = 1\n[invariance.batched]\nmax_flips = 0.0\n", "invariance.batched.max_flips", ["expected an int", "float"]),
         ("version = 1\n[invariance.batched]\nmax_flips = true\n", "invariance.batched.max_flips", ["expected an int"]),
         ("version = 1\n[invariance.batched]\nmax_flips = -1\n", "invariance.batched.max_flips", [">= 0"]),
@@ -343,3 +347,20 @@ def test_known_names_must_be_a_collection(tmp_path):
     path = write(tmp_path, "version = 1\n")
     with pytest.raises(TypeError, match="collection of names"):
         load_thresholds(path, families="text", datasets=DATASETS, conditions=CONDITIONS)
+
+
+def test_bitwise_false_beside_another_limit_leaves_that_limit(tmp_path):
+    t = load(write(tmp_path, "version = 1\n[invariance.repeat]\nbitwise = false\nmax_flips = 0\n"))
+    assert t.invariance_limits("repeat") == {"bitwise": False, "max_flips": 0}
+
+
+def test_the_schema_takes_each_check_range_from_its_declaration(tmp_path):
+    """A limit inside its declared range loads and one just outside it is refused, for every declared check."""
+    from laya_robustness.gate.catalogue import CATALOGUE
+
+    for name, kind in CATALOGUE.items():
+        text = f"version = 1\n[families.probe]\n{name} = {kind.high}\n"
+        assert load(write(tmp_path, text), families={"probe": [name]}).limits_for("probe", "count_choice") == {name: kind.high}
+        too_big = f"version = 1\n[families.probe]\n{name} = {kind.high + 0.5}\n"
+        with pytest.raises(ThresholdsError, match=rf"\[{kind.low:g}, {kind.high:g}\]"):
+            load(write(tmp_path, too_big), families={"probe": [name]})

@@ -2,8 +2,8 @@
 
 import pytest
 
-from laya_robustness.checks import CheckResult
-from laya_robustness.verdict import FAIL, PASS, XFAIL, XPASS, cell_verdict
+from laya_robustness.gate.results import CheckResult
+from laya_robustness.gate.verdict import FAIL, PASS, XFAIL, XPASS, cell_verdict
 
 
 def result(check, passed):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline
+from laya_robustness.metrics.stability_analysis import MODALITIES
 from laya_robustness.records import ORIG
 from laya_robustness.rows import Row
 
@@ -27,6 +28,10 @@ CellMetrics = Callable[[Sequence[Any], Mapping[Any, Any], Mapping[str, int]], di
 
 #: The summary block of the unperturbed rows and the meaning-preserving families: the flat table.
 FLAT = "families"
+#: The block of the stability study's families (visual, phrasing and language changes).
+STABILITY = "stability"
+#: The summary blocks a family can be reported in (each has its tables in the terminal and the reports).
+BLOCKS = (FLAT, "options", "form", "injection", STABILITY, "lgip")
 #: What each kind of family is, for docs and tables.
 KINDS = {
     "orig": "the unperturbed rows",
@@ -39,8 +44,6 @@ KINDS = {
 }
 #: Where a family's source rows come from: the question rows (``--data``) or the caption rows (``--captions``).
 SOURCES = ("rows", "captions")
-#: What a meaning-preserving family changes, for the stability analyses (the paper's V, P and L).
-MODALITIES = ("visual", "phrasing", "language")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ class Family:
     ``cell``, when it has one, adds its own numbers to the flat cell. ``row_wise`` says that a row's
     variants depend on that row and the seed alone, in row order (``build(rows) == [v for r in rows for v
     in build([r])]``; tests/test_row_wise.py checks it): such a family is built in parallel chunks, and a
-    report rebuilds only the rows it shows.
+    report rebuilds only the rows it shows. ``slow`` marks its gate test ``slow`` (it runs only when ``-m``
+    names slow); ``default`` says whether ``--families`` selects it when not given.
     """
 
     name: str
@@ -76,6 +80,7 @@ class Family:
     modality: str | None = None
     source: str = "rows"
     row_wise: bool = False
+    slow: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -84,6 +89,8 @@ class Family:
             raise ValueError(f"family {self.name!r}: source {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.modality is not None and self.modality not in MODALITIES:
             raise ValueError(f"family {self.name!r}: modality {self.modality!r} is not one of {', '.join(MODALITIES)}")
+        if self.block not in BLOCKS:
+            raise ValueError(f"family {self.name!r}: block {self.block!r} is not one of {', '.join(BLOCKS)}")
         if self.block != FLAT and self.cell is None:
             raise ValueError(f"family {self.name!r}: a family outside the flat block needs its block metrics (cell)")
 
@@ -179,6 +186,24 @@ def blocks() -> tuple[str, ...]:
     return tuple(out)
 
 
+def modalities() -> dict[str, str | None]:
+    """family -> the modality it is declared with (one of MODALITIES, or None), for every declared family: what
+    the stability analyses count as visual, phrasing and language."""
+    return {f.name: f.modality for f in declared()}
+
+
+def any_families() -> tuple[str, ...]:
+    """The families the stability block's "Any" row pools: its default visual families."""
+    return tuple(f.name for f in declared() if f.block == STABILITY and f.modality == "visual" and f.default)
+
+
+def compares_flips(name: str) -> bool:
+    """Whether a comparison with a baseline holds the family's flip-rate change: a declared meaning-preserving
+    family (kind ``invariance``)."""
+    decl = find_family(name)
+    return decl is not None and decl.kind == "invariance"
+
+
 def get_family(name: str) -> Family:
     """The declaration of ``name``; an unknown name raises KeyError with the closest known names."""
     _load_builtin()
@@ -194,11 +219,6 @@ def find_family(name: str) -> Family | None:
     """The declaration of ``name``, or None for a family no module declares (records may name one)."""
     _load_builtin()
     return _REGISTRY.get(name)
-
-
-def get_builder(name: str) -> Builder:
-    """The builder of family ``name`` (unknown names raise as in :func:`get_family`)."""
-    return get_family(name).build
 
 
 #: Rows per chunk of a row-wise family's build, and the threads that build the chunks (image work in

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from laya_robustness.answers import is_correct
 from laya_robustness.families import Family, declare
-from laya_robustness.metrics.accuracy import group_key, is_correct
+from laya_robustness.metrics.accuracy import group_key
 from laya_robustness.metrics.bootstrap import cluster_index, mean_ci, resample_counts
-from laya_robustness.metrics.headline import Headline
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -61,10 +61,6 @@ def _circular_units(rows, orig):
         if g in orig and orig[g]["label"] >= 0:
             right[g] = right.get(g, is_correct(orig[g])) and is_correct(r)
     return [(orig[g]["cluster"], float(ok)) for g, ok in right.items()]
-
-
-CIRCULAR = Headline("circular_acc", "n_circular", _circular_units,
-                    "share of source rows right under the original and every display order (CircularEval)")
 
 
 def _gold_position(r) -> int:

@@ -127,6 +127,6 @@ declare(Family(
 declare(Family(
     name=ROTATION_SWEEP, row_wise=True, build=build_rotation_sweep, kind="invariance", modality="visual", block="stability",
     variants=tuple(SWEEP_ANGLES), meta_keys=META_KEYS, headline=(AV, V), checks=("max_av", "max_v"),
-    cell=rotation_cell, default=False, title="rotation sweep", short="sweep",
+    cell=rotation_cell, default=False, slow=True, title="rotation sweep", short="sweep",  # opt-in: 11 variants per row
     summary="rotated 30..330 degrees in steps of 30, rotation-variant and -invariant questions apart (opt-in)",
 ))

@@ -19,9 +19,9 @@ from typing import Iterable
 
 from laya_robustness.loaders.arrow import MissingExtraError, read_table_files
 from laya_robustness.loaders.jsonl import read_jsonl
-from laya_robustness.loaders.records import SourceRow, refuse_duplicates
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.tsv import read_tsv
+from laya_robustness.loaders.validate import SourceRow, refuse_duplicates
 from laya_robustness.rows import Row, RowError
 
 __all__ = ["DataSource", "LoadSettings", "MissingExtraError", "SourceRow", "find_sources", "load_jsonl",

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from laya_robustness.loaders.images import ImageRef, Where, file_image, payload_image
-from laya_robustness.loaders.records import SourceRow, kind, record_row
 from laya_robustness.loaders.settings import LoadSettings
+from laya_robustness.loaders.validate import SourceRow, kind, record_row
 from laya_robustness.rows import RECORD_FIELDS, RowError
 
 EXTRA_HINT = "pip install 'laya-robustness[datasets]'"

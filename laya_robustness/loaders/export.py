@@ -14,8 +14,8 @@ from pathlib import Path
 
 from laya_robustness.loaders import scan_rows
 from laya_robustness.loaders.arrow import EXTRA_HINT
-from laya_robustness.loaders.records import SourceRow
 from laya_robustness.loaders.settings import LoadSettings
+from laya_robustness.loaders.validate import SourceRow
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from laya_robustness.loaders.images import Where
-from laya_robustness.loaders.records import SourceRow, manifest_row
 from laya_robustness.loaders.settings import LoadSettings
+from laya_robustness.loaders.validate import SourceRow, manifest_row
 
 BOM = b"\xef\xbb\xbf"
 

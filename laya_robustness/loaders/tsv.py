@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from laya_robustness.loaders.images import ImageRef, Where, check_payload_size, file_image, payload_image
-from laya_robustness.loaders.records import SourceRow, refuse_duplicates
 from laya_robustness.loaders.settings import LoadSettings
+from laya_robustness.loaders.validate import SourceRow, refuse_duplicates
 from laya_robustness.rows import LETTERS, OPEN_LABEL, Row
 
 #: The strings pandas' ``read_csv`` reads as missing (its default ``na_values``).

@@ -1,4 +1,5 @@
-"""Metrics over prediction records: accuracy and flips, the cluster bootstrap, calibration."""
+"""Pure statistics over prediction records: accuracy and flips, headlines, the cluster bootstrap, calibration and
+the stability, LGIP and baseline analyses; they never import families (the summary passes family facts down)."""
 
 from __future__ import annotations
 

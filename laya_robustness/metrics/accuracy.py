@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Iterable, Mapping
 
+from laya_robustness.answers import answer_of, is_correct, is_scored
+
 Record = Mapping[str, object]
 GroupKey = tuple[str, str]
 _FIELDS = ("dataset", "group_id", "label", "argmax", "logits")
@@ -31,27 +33,6 @@ def _checked(records: Iterable[Record]) -> list[Record]:
 def group_key(record: Record) -> GroupKey:
     """The group a record belongs to: ``(dataset, group_id)``."""
     return (str(record["dataset"]), str(record["group_id"]))
-
-
-OPEN = "open"
-
-
-def is_scored(record: Record) -> bool:
-    """Whether the record has a right answer: a label (>= 0), or an open-answer row's accepted answers."""
-    return record["label"] >= 0 or record.get("primitive") == OPEN
-
-
-def is_correct(record: Record) -> bool:
-    """Whether the record's answer is right: argmax == label, or an open row's ``correct`` flag
-    (a record with label -1 that is not an open row is never correct)."""
-    if record.get("primitive") == OPEN:
-        return bool(record["correct"])
-    return record["label"] >= 0 and record["argmax"] == record["label"]
-
-
-def answer_of(record: Record):
-    """What the model answered: the normalised text of an open row, else the argmax (an option index)."""
-    return record["answer"] if record.get("primitive") == OPEN else record["argmax"]
 
 
 def group_means(records: Iterable[Record]) -> dict[GroupKey, float]:

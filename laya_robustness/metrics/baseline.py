@@ -18,7 +18,7 @@ all its datasets (``"all"``):
 
 A family "regresses" when ``acc_diff`` of its "all" cell lies below ``-max_regression``, or (an
 invariance family) when ``flip_diff`` lies above ``max_flip_regression`` (judged like every limit: on
-its interval by default, see ``checks``).
+its interval by default, see ``laya_robustness.gate.judgement``).
 
 >>> round(mcnemar_p(1, 9), 4)
 0.0215
@@ -30,7 +30,8 @@ from collections import defaultdict
 from math import comb
 from typing import Any, Iterable, Mapping, Sequence
 
-from laya_robustness.metrics.accuracy import answer_of, group_key, is_correct, is_scored, orig_by_group
+from laya_robustness.answers import answer_of, is_correct, is_scored
+from laya_robustness.metrics.accuracy import group_key, orig_by_group
 from laya_robustness.metrics.bootstrap import cluster_index, mean_ci, mean_se, resample_counts
 
 ALL = "all"
@@ -55,14 +56,6 @@ def _mcnemar(pairs: Sequence[tuple[bool, bool]]) -> dict:
     b = sum(1 for now, before in pairs if before and not now)
     c = sum(1 for now, before in pairs if now and not before)
     return {"n_pairs": len(pairs), "b": b, "c": c, "p": mcnemar_p(b, c)}
-
-
-def compares_flips(family: str) -> bool:
-    """Whether the comparison holds the family's flip-rate change: a declared meaning-preserving family."""
-    from laya_robustness.families import find_family
-
-    decl = find_family(family)
-    return decl is not None and decl.kind == "invariance"
 
 
 def _paired_means(items: Sequence[tuple[Mapping[str, Any], bool, bool]], key: str, dataset: str, seed: int,
@@ -122,10 +115,11 @@ def _group_mean(pairs, side: int) -> float | None:
     return sum(sum(v) / len(v) for v in per_group.values()) / len(per_group) if per_group else None
 
 
-def baseline_block(records: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]], *, seed: int = 0,
-                   n_boot: int = 1000) -> dict:
-    """``{family: {dataset | "all": cell}}`` over the families both runs scored (see the module doc)."""
-    invariance = {f for f in {r["family"] for r in records} if compares_flips(f)}
+def baseline_block(records: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]], *,
+                   flip_families: Iterable[str] = (), seed: int = 0, n_boot: int = 1000) -> dict:
+    """``{family: {dataset | "all": cell}}`` over the families both runs scored (see the module doc); the cells
+    of ``flip_families`` (the meaning-preserving ones) also hold the flip-rate change."""
+    invariance = set(flip_families)
     orig_now = orig_by_group(r for r in records if r["family"] == "orig")
     orig_before = orig_by_group(r for r in baseline if r["family"] == "orig")
     by_cell: dict = defaultdict(list)

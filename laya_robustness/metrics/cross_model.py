@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from laya_robustness.metrics.stability_analysis import MODALITIES, Sample, default_modalities, samples
+from laya_robustness.metrics.stability_analysis import MODALITIES, Sample, samples
 from laya_robustness.records import parse_records
 from laya_robustness.rng import keyed_rng
 
@@ -240,7 +240,7 @@ def correctness_predictor(source: Mapping[tuple[str, str], Sample], target: Mapp
 
 
 def cross_model_analysis(named_records: Mapping[str, Sequence[Any]],
-                         modality_of: Mapping[str, str | None] | None = None, *, seed: int = 0,
+                         modality_of: Mapping[str, str | None], *, seed: int = 0,
                          precision: float = PRECISION, test_share: float = TEST_SHARE,
                          with_entropy: bool = False) -> dict:
     """Table 6 and Fig. 6 for two or more models' records of the same rows, per dataset and pooled.
@@ -252,7 +252,7 @@ def cross_model_analysis(named_records: Mapping[str, Sequence[Any]],
         raise ValueError(f"the cross-model analyses need two or more models, got {len(named_records)}")
     if not (0 < precision <= 1) or not (0 < test_share < 1):
         raise ValueError(f"precision must lie in (0, 1] and test_share in (0, 1), got {precision}, {test_share}")
-    modality_of = default_modalities() if modality_of is None else dict(modality_of)
+    modality_of = dict(modality_of)
     parsed = {name: parse_records(recs, f"{name} record") for name, recs in named_records.items()}
     parsed = studied_records(parsed, modality_of)
     check_same_rows(parsed)

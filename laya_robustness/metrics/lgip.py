@@ -21,9 +21,16 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from laya_robustness.lgip import ATTRIBUTES, FAMILIES, FAMILY_COMBINED, FAMILY_FLIP, FAMILY_PARAPHRASE, STRENGTHS
 from laya_robustness.metrics.bootstrap import cluster_index, mean_ci, resample_counts
 
+#: The three probe families, whose variants the metrics pair with their references.
+FAMILY_PARAPHRASE = "lgip_paraphrase"
+FAMILY_FLIP = "lgip_flip"
+FAMILY_COMBINED = "lgip_combined"
+FAMILIES = (FAMILY_PARAPHRASE, FAMILY_FLIP, FAMILY_COMBINED)
+#: What a flip changes, and how strongly it contradicts the image.
+ATTRIBUTES = ("object", "colour", "count")
+STRENGTHS = ("weak", "medium", "strong")
 ORIG = "orig"
 Record = Mapping[str, Any]
 _FIELDS = ("family", "variant", "group_id", "cluster", "dataset", "logits")

@@ -48,8 +48,10 @@ import string
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from laya_robustness.metrics.accuracy import OPEN, GroupKey, answer_of, group_key, is_correct, is_scored
+from laya_robustness.answers import answer_of, is_correct, is_scored
+from laya_robustness.metrics.accuracy import GroupKey, group_key
 from laya_robustness.metrics.headline import Headline, Units, headline_values
+from laya_robustness.records import OPEN
 
 Record = Mapping[str, Any]
 Orig = Mapping[GroupKey, Record]
@@ -226,7 +228,7 @@ def rotation_cell(rows: Sequence[Record], orig: Orig, boot: Boot = None) -> dict
 def any_visual_cell(rows: Sequence[Record], orig: Orig, boot: Boot = None) -> dict:
     """The "Any" row: AV over every instance of the visual families given, V over samples changed by any.
 
-    ``rows`` are the records of one dataset's visual stability families (``any_families()`` names them).
+    ``rows`` are the records of one dataset's visual stability families (``laya_robustness.families.any_families()`` names them).
 
     >>> o = dict(dataset="d", group_id="g", cluster="c", primitive="noul", label=1, argmax=1, variant="orig")
     >>> rows = [dict(o, family="shift", variant="a"), dict(o, family="overlay", variant="b", argmax=0)]
@@ -240,11 +242,4 @@ def any_visual_cell(rows: Sequence[Record], orig: Orig, boot: Boot = None) -> di
     families = {f: {"n_rows": len(by_family[f]), **headline_values(STABILITY, by_family[f], orig)}
                 for f in sorted(by_family)}
     return {"n_rows": len(rows), **headline_values(STABILITY, rows, orig), "families": families}
-
-
-def any_families() -> tuple[str, ...]:
-    """The families the "Any" row pools: the default visual families of the stability block."""
-    from laya_robustness.families import declared
-
-    return tuple(f.name for f in declared() if f.block == "stability" and f.modality == "visual" and f.default)
 

@@ -27,7 +27,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from laya_robustness.answers import normalize_answer
+from laya_robustness.answers import answer_of, is_correct, is_scored
 from laya_robustness.records import PredictionError, Record, parse_records
 
 #: The modalities in table order (the paper's V, P, L); a family's declaration names its own.
@@ -45,42 +45,6 @@ BINNINGS = ("quantile", "width")
 
 
 # -- answers and correctness ------------------------------------------------------------------------
-
-
-def answer_of(record: Mapping[str, Any]) -> Hashable:
-    """The answer a record gives: its ``"answer"`` text when it has one (an open-answer row), normalised by
-    ``laya_robustness.answers.normalize_answer`` (case, white-space, trailing punctuation), else its argmax.
-
-    >>> answer_of({"argmax": 2, "label": 1})
-    2
-    >>> answer_of({"argmax": -1, "label": -1, "primitive": "open", "answer": "Red."})
-    'red'
-    """
-    if "answer" in record:
-        answer = record["answer"]
-        if not isinstance(answer, str):
-            raise PredictionError(str(record.get("row_id", "?")), "answer", f"expected a string, got {answer!r}")
-        return normalize_answer(answer)
-    return record["argmax"]
-
-
-def is_correct(record: Mapping[str, Any]) -> bool | None:
-    """Whether the record's answer is right: its boolean ``"correct"`` field when it has one (open rows), else
-    ``argmax == label`` for label >= 0; None when it cannot be judged (label -1 and no ``"correct"``).
-
-    >>> is_correct({"argmax": 1, "label": 1}), is_correct({"argmax": 0, "label": -1})
-    (True, None)
-    >>> is_correct({"argmax": -1, "label": -1, "primitive": "open", "answer": "red", "correct": False})
-    False
-    """
-    if "correct" in record:
-        value = record["correct"]
-        if not isinstance(value, bool):
-            raise PredictionError(str(record.get("row_id", "?")), "correct", f"expected true or false, got {value!r}")
-        return value
-    if record["label"] < 0:
-        return None
-    return record["argmax"] == record["label"]
 
 
 def confidence_of(record: Mapping[str, Any]) -> float | None:
@@ -109,13 +73,6 @@ def answer_entropy(answers: Sequence[Hashable], base: float = math.e) -> float:
         return 0.0
     n = len(answers)
     return math.fsum(-(c / n) * math.log(c / n) for c in counts.values()) / math.log(base)
-
-
-def default_modalities() -> dict[str, str | None]:
-    """family -> modality of every declared family (``getattr(family, "modality", None)``)."""
-    from laya_robustness.families import declared
-
-    return {f.name: getattr(f, "modality", None) for f in declared()}
 
 
 # -- samples ------------------------------------------------------------------------------------------
@@ -189,13 +146,12 @@ def grouped(records: Iterable[Any]) -> tuple[dict[tuple[str, str], Record], dict
     return orig, dict(others)
 
 
-def samples(records: Iterable[Any], modality_of: Mapping[str, str | None] | None = None) -> list[Sample]:
+def samples(records: Iterable[Any], modality_of: Mapping[str, str | None]) -> list[Sample]:
     """One :class:`Sample` per group with an orig record, sorted by (dataset, group_id).
 
-    ``modality_of`` maps a family to its modality (default: :func:`default_modalities`); families it
+    ``modality_of`` maps a family to its modality (``laya_robustness.families.modalities()``); families it
     does not name, or names with None, are left out. A group without an orig record is left out.
     """
-    modality_of = default_modalities() if modality_of is None else modality_of
     for family, modality in modality_of.items():
         if modality is not None and modality not in MODALITIES:
             raise ValueError(f"modality_of[{family!r}] = {modality!r} is not one of {', '.join(MODALITIES)}")
@@ -215,7 +171,7 @@ def samples(records: Iterable[Any], modality_of: Mapping[str, str | None] | None
         base = answer_of(o)
         out.append(Sample(
             dataset=o.dataset, group_id=o.group_id, cluster=o.cluster, category=_category(o),
-            correct=is_correct(o), confidence=confidence_of(o),
+            correct=is_correct(o) if is_scored(o) else None, confidence=confidence_of(o),
             entropy={m: answer_entropy([base, *a]) for m, a in sorted(by_modality.items())},
             n_variants={m: len(a) for m, a in sorted(by_modality.items())},
             family_stable={f: all(x == base for x in a) for f, a in sorted(by_family.items())},
@@ -541,7 +497,7 @@ def cmi_table(group: Sequence[Sample], modalities: Sequence[str], n_bins: int = 
 # -- everything for one model -----------------------------------------------------------------------------------
 
 
-def stability_analysis(records: Iterable[Any], modality_of: Mapping[str, str | None] | None = None, *,
+def stability_analysis(records: Iterable[Any], modality_of: Mapping[str, str | None], *,
                        n_bins: int = N_BINS, bin_sensitivity: Sequence[int] = BIN_SENSITIVITY,
                        binning: str = "quantile") -> dict:
     """Every one-model stability analysis, per dataset: ``{dataset: block}`` (JSON-ready, deterministic).
@@ -550,11 +506,11 @@ def stability_analysis(records: Iterable[Any], modality_of: Mapping[str, str | N
     orig record), ``n_groups_without_orig``, ``modalities`` and ``families`` (per modality), the
     ``stable_shares`` and ``entropy_histogram`` of Fig. 3, ``by_category`` (Table 5),
     ``accuracy_given_stability`` (Table 7), ``correlations`` (Table 8) and ``cmi`` (Sec. 5.2.1).
-    Undefined numbers are None. ``modality_of`` defaults to :func:`default_modalities`.
+    Undefined numbers are None. ``modality_of`` maps a family to its modality (``families.modalities()``).
     """
     if binning not in BINNINGS:
         raise ValueError(f"binning must be one of {', '.join(BINNINGS)}, got {binning!r}")
-    modality_of = default_modalities() if modality_of is None else dict(modality_of)
+    modality_of = dict(modality_of)
     records = parse_records(records)
     all_samples = samples(records, modality_of)
     groups_by_dataset: dict[str, set] = defaultdict(set)

@@ -1,4 +1,4 @@
-"""The pytest plugin of the robustness gate: thin hooks; ``RobustnessSession`` does the work."""
+"""The pytest plugin of the robustness gate: thin hooks over the session, which holds the state and wires the run."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
-from laya_robustness.pytest_plugin.session import GPU_DEVICE, HarnessError, RobustnessSession
+from laya_robustness.pytest_plugin.session import GPU_DEVICE, RobustnessSession
+from laya_robustness.run.errors import HarnessError
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
-PAYLOAD_KEY = "laya_robustness"
 MARKERS = {
     "gpu": "needs a CUDA device; skips with a reason where there is none",
     "invariance": "a repeat / batch invariance condition",
@@ -144,19 +144,21 @@ def pytest_runtest_call(item: pytest.Item):
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    # -n alone: one worker per dataset (see xdist_schedule); an explicit --dist is the user's choice
+    # -n alone: one worker per dataset (see pytest_plugin.xdist); an explicit --dist is the user's choice
     if config.getoption("dist", default="no") != "load" or _dist_given(config):
         return None
-    from laya_robustness.pytest_plugin.xdist_schedule import DatasetScheduling
+    from laya_robustness.pytest_plugin.xdist import DatasetScheduling
 
     return DatasetScheduling(config, log, robustness_session(config).datasets_for_collection())
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
+    from laya_robustness.pytest_plugin.xdist import PAYLOAD_KEY, merge_payload
+
     payload = getattr(node, "workeroutput", {}).get(PAYLOAD_KEY)
     if payload:
-        robustness_session(node.config).merge_payload(payload)
+        merge_payload(robustness_session(node.config), payload)
 
 
 def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors) -> str | None:
@@ -188,15 +190,17 @@ def _compare_deferred_snapshots(session: pytest.Session, state: RobustnessSessio
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = robustness_session(session.config)
     if _is_worker(session.config):
-        session.config.workeroutput[PAYLOAD_KEY] = state.worker_payload()
+        from laya_robustness.pytest_plugin.xdist import PAYLOAD_KEY, worker_payload
+
+        session.config.workeroutput[PAYLOAD_KEY] = worker_payload(state)
         return
     if state.deferred_snapshots and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         _compare_deferred_snapshots(session, state)
     state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors)
     if state.records or state.invariance_results:
-        from laya_robustness.pytest_plugin.reports import write_reports
+        from laya_robustness.pytest_plugin.reports import finish_reports
 
-        state.written = write_reports(state)
+        state.written = finish_reports(state)
     if state.harness_errors:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 

@@ -14,7 +14,15 @@ from typing import Any, Callable
 
 import pytest
 
+from laya_robustness.embedded import (
+    EMBEDDED_CAPTIONS,
+    EMBEDDED_DATA,
+    EMBEDDED_DUAL_MODEL,
+    EMBEDDED_LIMITATIONS,
+    EMBEDDED_MODEL,
+)
 from laya_robustness.families import default_families, family_names
+from laya_robustness.gate.limits import resolve_limitations
 from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
 
 PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
@@ -22,10 +30,6 @@ SCORING_PATHS = ("batch", "predict")
 PRECISIONS = ("auto", "fp32", "bf16")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 _PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-#: --limitations auto: the embedded default's known limitations, applied when its rows and model are the ones gated.
-EMBEDDED_DATA, EMBEDDED_MODEL = "laya_fixtures/rows", "laya_fixtures/tiny-smolvlm"
-EMBEDDED_LIMITATIONS = "laya_fixtures/limitations.toml"
-EMBEDDED_CAPTIONS, EMBEDDED_DUAL_MODEL = "laya_fixtures/captions", "laya_fixtures/tiny-clip"
 
 
 def _int(low: int) -> Callable[[str], int]:
@@ -261,17 +265,6 @@ class Settings:
     allow_outside_data: bool
 
 
-def _limitations(config: pytest.Config, text: str, data: Path, model: str) -> Path | None:
-    if text == "none":
-        return None
-    if text != "auto":
-        return resolve(config, text)
-    embedded = (resolve(config, EMBEDDED_DATA).resolve(), resolve(config, EMBEDDED_MODEL).resolve())
-    if (data.resolve(), Path(model).resolve()) == embedded:
-        return resolve(config, EMBEDDED_LIMITATIONS)
-    return None
-
-
 def read_settings(config: pytest.Config) -> Settings:
     """Parse every option; a bad value raises pytest.UsageError naming the option (exit 4)."""
     values: dict[str, Any] = {}
@@ -285,7 +278,7 @@ def read_settings(config: pytest.Config) -> Settings:
     local = resolve(config, model_name)
     model = str(local) if local.exists() else model_name  # else a hub id
     data = resolve(config, values.pop("data"))
-    limitations = _limitations(config, values.pop("limitations"), data, model)
+    limitations = resolve_limitations(values.pop("limitations"), model, data, root=config.rootpath)
     dual = values.pop("dual_model")
     if dual not in ("auto", "none"):
         local_dual = resolve(config, dual)

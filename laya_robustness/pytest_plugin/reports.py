@@ -1,118 +1,50 @@
-"""Write a gate run's reports: predictions.jsonl.gz, summary.json, checks.json (every check's result and
-decision) and invariance.json per device, then report.html and summary.md (``laya_robustness.report``).
-
-Every file is written atomically (a temporary file in the same folder, then a rename), so a reader
-never sees half a report. A run that did not finish (interrupted, stopped early, a harness error)
-says so in the summary's meta (``complete: false`` and the reason) and on the terminal, and never
-replaces the complete report of an earlier run: its files then get an ``.incomplete`` infix. A
-complete run removes the report files it did not write this time (a stale invariance.json of an
-older run, say) and the scoring journal it no longer needs.
-"""
+"""The reports at the end of a gate run: the data files (``laya_robustness.run.reports``), then report.html and
+summary.md per device from the session's state (``laya_robustness.report``), then what a complete run no
+longer needs (stale report files, the journal) removed."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from laya_robustness.journal import JOURNAL_DIR
-from laya_robustness.predictions import predictions_bytes
-from laya_robustness.report_meta import invariance_meta, run_meta
-from laya_robustness.summary import summarize
-
-#: The files a run writes in a report folder (what a complete run cleans up when it does not rewrite them).
-REPORT_FILES = ("summary.json", "predictions.jsonl.gz", "invariance.json", "checks.json", "report.html", "summary.md")
+from laya_robustness.report.render import REPORT_HTML, SUMMARY_MD, write_report
+from laya_robustness.run.reports import device_report_dir, incomplete_name, remove_stale, write_reports
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def incomplete_name(name: str) -> str:
-    """``summary.json`` -> ``summary.incomplete.json``; ``predictions.jsonl.gz`` -> ``predictions.incomplete.jsonl.gz``."""
-    stem, _, rest = name.partition(".")
-    return f"{stem}.incomplete.{rest}"
-
-
-def device_report_dir(session, device: str) -> Path:
-    """``--report-dir`` itself when one device ran, else its ``<device>/`` subfolder."""
-    several = len(set(session.records) | set(session.invariance_results)) > 1
-    return session.report_dir / device if several else session.report_dir
-
-
-def _previous_is_complete(folder: Path) -> bool:
-    try:
-        meta = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("meta", {})
-    except (OSError, ValueError, AttributeError):
-        return False
-    return meta.get("complete", True) is True
-
-
-def write_reports(session) -> list[Path]:
-    """Write every device's reports (see the module doc); returns the paths written."""
-    complete = session.incomplete_reason is None
-    files: dict[Path, bytes] = {}
-    for device, conditions in sorted(session.invariance_results.items()):
-        report = {"meta": invariance_meta(session, device), "conditions": dict(sorted(conditions.items()))}
-        files[device_report_dir(session, device) / "invariance.json"] = _json(report)
-    for device, recs in sorted(session.records.items()):
-        out = device_report_dir(session, device)
-        ordered = [recs[k] for k in sorted(recs)]
-        meta = {**run_meta(session, device), "complete": complete}
-        if not complete:
-            meta["incomplete_reason"] = session.incomplete_reason
-        if session.settings.baseline is None and not session.settings.ece_floor_sims:
-            summary = {**session.records_summary(device), "meta": meta}  # the snapshot's, when it ran
-        else:
-            baseline = session.baseline_records if session.settings.baseline is not None else None
-            summary = summarize(ordered, meta=meta, seed=session.seed,
-                                ece_floor_sims=session.settings.ece_floor_sims, baseline=baseline)
-        session.summaries[device] = summary
-        files[out / "predictions.jsonl.gz"] = predictions_bytes(ordered)
-        files[out / "summary.json"] = _json(summary)
-        results = [r for r in session.results if r["device"] == device]
-        files[out / "checks.json"] = _json({"meta": {"device": device, "complete": complete,
-                                                     "interval_checks": session.n_interval_checks,
-                                                     "alpha": session.thresholds.gate.alpha}, "results": results})
-    keep_previous = not complete and any(_previous_is_complete(p.parent) for p in files)
-    written = []
-    for path, data in files.items():
-        target = path.with_name(incomplete_name(path.name)) if keep_previous else path
-        atomic_write(target, data)
-        written.append(target)
-    session.kept_previous_report = keep_previous
-
-    from laya_robustness.report.gate import write_gate_reports  # report.html and summary.md: laya_robustness.report
-
-    written += write_gate_reports(session, incomplete=keep_previous)
-    if complete:
-        _remove_stale(session, set(written))
+def finish_reports(session) -> list[Path]:
+    """Write every report of the run (see the module doc); returns the paths written."""
+    written = write_reports(session)
+    written += write_gate_reports(session, incomplete=session.kept_previous_report)
+    if session.incomplete_reason is None:
+        remove_stale(session, set(written))
     return written
 
 
-def _json(value) -> bytes:
-    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8")
+def write_gate_reports(session, incomplete: bool = False) -> list[Path]:
+    """report.html and summary.md beside each device's summary.json; the verdicts are the checks the tests ran.
 
+    ``incomplete``: name them as the incomplete run's other files (``report.incomplete.html``), which
+    keep a complete earlier run's reports. A failure while rendering is a harness error (exit 3) named
+    in the terminal summary, not a crash of pytest: summary.json and the predictions are already written.
+    """
+    names = {"html_name": REPORT_HTML, "md_name": SUMMARY_MD}
+    if incomplete:
+        names = {k: incomplete_name(v) for k, v in names.items()}
 
-def _remove_stale(session, written: set[Path]) -> None:
-    """Report files of earlier runs in the folders this run reports to (and their incomplete twins)."""
-    folders = {session.report_dir} | {p.parent for p in written}
-    for folder in folders:
-        for name in REPORT_FILES:
-            for path in (folder / name, folder / incomplete_name(name)):
-                if path not in written and path.exists():
-                    path.unlink()
-    shutil.rmtree(session.report_dir / JOURNAL_DIR, ignore_errors=True)
+    def known(family: str, dataset: str, check: str) -> str | None:
+        hit = session.thresholds.known_limitation(family, dataset, check)
+        return hit.reason if hit else None
+
+    written: list[Path] = []
+    for device, summary in sorted(session.summaries.items()):
+        recs = session.records.get(device, {})
+        conditions = session.invariance_results.get(device)
+        try:
+            written += write_report(
+                device_report_dir(session, device), summary, [recs[k] for k in sorted(recs)],
+                results=[r for r in session.results if r.get("device") == device], known=known,
+                invariance={"conditions": conditions} if conditions else None, source_rows=session.rows, **names)
+        except Exception as exc:  # a bug of the report is the harness's: say so, keep the run's other reports
+            message = f"writing report.html / summary.md for {device} failed: {type(exc).__name__}: {exc}"
+            if message not in session.harness_errors:
+                session.harness_errors.append(message)
+    return written

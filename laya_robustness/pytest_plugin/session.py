@@ -1,101 +1,48 @@
-"""The gate's per-process state: settings, rows, limits, scorers and records, kept in ``config.stash``.
+"""The gate's per-process state, kept in ``config.stash``, and the wiring between the run's parts.
 
-The session wires things together; the library computes (summary, checks) and decides
-(``laya_robustness.verdict``). Reports, the snapshot and the xdist payload have their own modules.
+The session holds what one pytest process loaded and scored (settings, rows, limits, scorers, records,
+check results) and wires the library's parts together: the run's inputs, models, scoring loop and journal
+(``laya_robustness.run``), the summary, the verdicts (``laya_robustness.gate``) and the pytest outcomes
+(``outcomes``). Reports, the snapshot and the xdist payload have their own modules.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from laya_robustness import checks
-from laya_robustness.families import build_variants, declared, get_family
-from laya_robustness.invariance import (
-    BF16_BUDGET,
-    CONDITION_NAMES,
+from laya_robustness.embedded import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL
+from laya_robustness.families import build_variants, get_family
+from laya_robustness.gate.judgement import Judgement, evaluate_cell, evaluate_invariance
+from laya_robustness.gate.limits import regression_limits, run_limits
+from laya_robustness.gate.thresholds import ThresholdsError
+from laya_robustness.gate.verdict import cell_verdict
+from laya_robustness.loaders import LoadSettings
+from laya_robustness.metrics.baseline import ALL
+from laya_robustness.predictions import PredictionError, read_predictions
+from laya_robustness.pytest_plugin import outcomes
+from laya_robustness.pytest_plugin.options import read_settings, resolve
+from laya_robustness.pytest_plugin.progress import scoring_progress
+from laya_robustness.records import ORIG, Record
+from laya_robustness.rows import RowError
+from laya_robustness.run.errors import HarnessError
+from laya_robustness.run.inputs import InputSpec, caption_rows, source_rows, with_user_variants
+from laya_robustness.run.invariance import (
+    DUAL_CONDITIONS,
     DUAL_PREFIX,
+    INVARIANCE_CONDITIONS,
     ConditionNotSupported,
     InvarianceRun,
     limits_section,
 )
-from laya_robustness.pytest_plugin.options import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL, read_settings, resolve
-from laya_robustness.records import ORIG, Record
-from laya_robustness.report.progress import scoring_progress
-from laya_robustness.rows import RowError
-from laya_robustness.run import Scoring, load_source_rows
+from laya_robustness.run.journal import JOURNAL_DIR, open_journal
+from laya_robustness.run.models import identity_key, is_dual_encoder, load_source_scorer
+from laya_robustness.run.scoring import LocalExecutor, Scoring, score_journaled, scoring_chunks
 from laya_robustness.summary import CellCache, family_cell, summarize
-from laya_robustness.thresholds import ThresholdsError, load_thresholds
-from laya_robustness.verdict import FAIL, XFAIL, XPASS, cell_verdict
 
 GPU_DEVICE = "cuda"
-INVARIANCE_CONDITIONS = (*CONDITION_NAMES, BF16_BUDGET)
-#: The invariance conditions a dual encoder can take (one image per row; there is no prefix cache to vary).
-DUAL_CONDITIONS = ("repeat_batch", "repeat_predict", "batched", "batched_reversed", "bf16_weights",
-                   "predict_vs_batch")
-
-
-class HarnessError(RuntimeError):
-    """The harness broke (a model that cannot load, a crash while scoring): not a gate failure (exit 3)."""
-
-
-DUAL_ENCODER_TYPES = ("clip", "siglip")
-
-
-def model_type(name_or_path: str) -> str | None:
-    """The checkpoint's ``config.model_type``, read from a local directory or the local hub cache only
-    (never the network: an id that is not cached gives None)."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        try:
-            return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
-        except (OSError, ValueError, AttributeError):
-            return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(name_or_path, "config.json")
-    except Exception:  # not a valid repo id, or no cache at all
-        return None
-    return model_type(str(Path(cached).parent)) if isinstance(cached, str) else None
-
-
-def identity_key(device: str, source: str) -> str:
-    """Where a scorer's identity is kept: the device for the question model, ``<device>/dual`` for captions."""
-    return device if source == "rows" else f"{device}/dual"
-
-
-def with_paraphrases(rows_by_dataset: dict, path: Path) -> dict:
-    """Caption rows with the user's paraphrases of their row id in ``meta["paraphrases"]``."""
-    import dataclasses
-
-    from laya_robustness.lgip import load_paraphrases
-
-    user = load_paraphrases(path)
-    return {name: [dataclasses.replace(r, meta={**r.meta, "paraphrases": list(user[r.row_id])})
-                   if r.row_id in user else r for r in rows] for name, rows in rows_by_dataset.items()}
-
-
-CHUNK_BATCHES = 16
-
-
-def scoring_chunks(rows, scoring_path: str, batch_size: int) -> list[list[int]]:
-    """Row indices in the chunks a family is scored and journaled in: ``CHUNK_BATCHES`` batches of the
-    batch path (so the batches are the same as in one call), or whole image clusters of the predict path."""
-    if scoring_path == "batch":
-        size = CHUNK_BATCHES * batch_size
-        return [list(range(i, min(i + size, len(rows)))) for i in range(0, len(rows), size)]
-    from laya_robustness.run import cluster_indices
-
-    chunks: list[list[int]] = [[]]
-    for cluster in cluster_indices(rows):
-        if len(chunks[-1]) >= CHUNK_BATCHES * batch_size:
-            chunks.append([])
-        chunks[-1].extend(cluster)
-    return [c for c in chunks if c]
 
 
 class RobustnessSession:
@@ -109,7 +56,7 @@ class RobustnessSession:
         self._thresholds = None
         self._scorers: dict[str, object] = {}
         self._load_errors: dict[str, str] = {}  # device -> why its scorer could not load (not retried)
-        self._scored: set[tuple[str, str, str]] = set()
+        self.scored: set[tuple[str, str, str]] = set()  # (family, dataset, device) scored in this process
         self.records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
         self._cell_records: dict[tuple, list[Record]] = {}  # (device, family, dataset) -> its records, once scored
         self.results: list[dict] = []  # check results of this process
@@ -145,7 +92,7 @@ class RobustnessSession:
     @property
     def model_is_dual(self) -> bool:
         """Whether ``--model`` is a dual encoder (CLIP / SigLIP): it answers no questions, it is probed."""
-        return self.settings.scorer == "hf" and model_type(self.settings.model) in DUAL_ENCODER_TYPES
+        return self.settings.scorer == "hf" and is_dual_encoder(self.settings.model)
 
     @property
     def dual_model(self) -> str | None:
@@ -170,27 +117,54 @@ class RobustnessSession:
                     "--dual-model <hub id or directory>")
         return None
 
+    def scorer(self, device: str, source: str = "rows"):
+        """The model scoring ``source`` rows on ``device`` (the dual encoder for captions), loaded once per
+        process; a failed load is remembered and not retried. Its identity is kept under ``identity_key``."""
+        key = identity_key(device, source)
+        if key in self._load_errors:
+            raise HarnessError(self._load_errors[key] + " (failed earlier in this run; not retried)")
+        if key not in self._scorers:
+            model = self.dual_model if source == "captions" else self.settings.model
+            try:
+                scorer = load_source_scorer(self.settings, model, device,
+                                            dual=source == "captions" or self.model_is_dual)
+            except Exception as exc:  # any failure to load is the harness's, not the gate's
+                message = f"cannot load scorer {self.settings.scorer!r} for model {model!r} on {device}: {exc}"
+                self._load_errors[key] = message
+                raise self.harness_error(message) from exc
+            self._scorers[key] = scorer
+            self.identities[key] = dict(getattr(scorer, "identity", {}))
+        return self._scorers[key]
+
+    def harness_error(self, message: str) -> HarnessError:
+        """A harness error (exit 3) remembered for the terminal summary."""
+        if message not in self.harness_errors:
+            self.harness_errors.append(message)
+        return HarnessError(message)
+
     # -- inputs ---------------------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> InputSpec:
+        """Where the run's rows come from and how they are read (the options)."""
+        s = self.settings
+        load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data, s.max_image_side)
+        captions = s.captions if self._probes_captions() else None
+        return InputSpec(s.data, s.rows_per_set, s.seed, load, s.rephrasings, s.translations, captions, s.paraphrases)
 
     @property
     def rows(self) -> dict:
         """Sampled source rows by dataset; a bad data file is a usage error naming file, line and field."""
         if self._rows is None:
+            spec = self.inputs
             try:
-                from laya_robustness.loaders import LoadSettings
-
-                s = self.settings
-                load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data, s.max_image_side)
-                self._rows = load_source_rows(s.data, s.rows_per_set, s.seed, load)
+                rows = source_rows(spec)
             except (RowError, FileNotFoundError) as exc:
                 raise pytest.UsageError(f"--data: {exc}") from exc
-            if s.rephrasings is not None or s.translations is not None:
-                from laya_robustness.families.rephrase import attach_user_variants
-
-                try:
-                    self._rows = attach_user_variants(self._rows, s.rephrasings, s.translations)
-                except (RowError, FileNotFoundError) as exc:
-                    raise pytest.UsageError(f"--rephrasings / --translations: {exc}") from exc
+            try:
+                self._rows = with_user_variants(rows, spec)
+            except (RowError, FileNotFoundError) as exc:
+                raise pytest.UsageError(f"--rephrasings / --translations: {exc}") from exc
         return self._rows
 
     @property
@@ -205,17 +179,10 @@ class RobustnessSession:
     def caption_rows(self) -> dict:
         """Caption rows by dataset (when a caption family is selected and a dual encoder is there), else {}."""
         if self._caption_rows is None:
-            self._caption_rows = {}
-            if self._probes_captions():
-                from laya_robustness.captions import load_captions
-
-                try:
-                    rows = load_captions(self.settings.captions)
-                    if self.settings.paraphrases is not None:
-                        rows = with_paraphrases(rows, self.settings.paraphrases)
-                except (RowError, FileNotFoundError) as exc:
-                    raise pytest.UsageError(f"--captions: {exc}") from exc
-                self._caption_rows = dict(sorted(rows.items()))
+            try:
+                self._caption_rows = caption_rows(self.inputs)
+            except (RowError, FileNotFoundError) as exc:
+                raise pytest.UsageError(f"--captions: {exc}") from exc
         return self._caption_rows
 
     def rows_of(self, family: str) -> dict:
@@ -252,50 +219,12 @@ class RobustnessSession:
     def thresholds(self):
         """The limits: ``--thresholds`` with the ``--limitations`` overlay, validated against the declarations."""
         if self._thresholds is None:
-            overlays = [self.settings.limitations] if self.settings.limitations else []
             try:
-                self._thresholds = load_thresholds(
-                    self.settings.thresholds, families={f.name: f.checks for f in declared()},
-                    datasets=[*self.datasets, *self.caption_rows], conditions=INVARIANCE_CONDITIONS, overlays=overlays)
+                self._thresholds = run_limits(self.settings.thresholds, datasets=[*self.datasets, *self.caption_rows],
+                                              conditions=INVARIANCE_CONDITIONS, limitations=self.settings.limitations)
             except ThresholdsError as exc:
                 raise pytest.UsageError(str(exc)) from exc
         return self._thresholds
-
-    def _harness_error(self, message: str) -> HarnessError:
-        if message not in self.harness_errors:
-            self.harness_errors.append(message)
-        return HarnessError(message)
-
-    def scorer(self, device: str, source: str = "rows"):
-        """The model scoring ``source`` rows on ``device`` (the dual encoder for captions), loaded once per
-        process; a failed load is remembered and not retried. Its identity is kept under ``identity_key``."""
-        key = identity_key(device, source)
-        if key in self._load_errors:
-            raise HarnessError(self._load_errors[key] + " (failed earlier in this run; not retried)")
-        if key not in self._scorers:
-            s = self.settings
-            model = self.dual_model if source == "captions" else s.model
-            try:
-                if source == "captions" or self.model_is_dual:
-                    from laya_robustness.scoring.dual import DualEncoderScorer
-
-                    scorer = DualEncoderScorer.from_pretrained(
-                        model, device=device, precision=s.precision, batch_size=s.batch_size,
-                        attn_implementation=s.attn_implementation)
-                else:
-                    from laya_robustness.scoring import load_scorer
-
-                    scorer = load_scorer(s.scorer, model, device=device, precision=s.precision,
-                                         batch_size=s.batch_size, attn_implementation=s.attn_implementation,
-                                         feature_cache_bytes=s.feature_cache_mb << 20,
-                                         pixel_cache_bytes=s.pixel_cache_mb << 20)
-                self._scorers[key] = scorer
-                self.identities[key] = dict(getattr(scorer, "identity", {}))
-            except Exception as exc:  # any failure to load is the harness's, not the gate's
-                message = f"cannot load scorer {s.scorer!r} for model {model!r} on {device}: {exc}"
-                self._load_errors[key] = message
-                raise self._harness_error(message) from exc
-        return self._scorers[key]
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -311,76 +240,61 @@ class RobustnessSession:
         return build_variants(family, source[dataset], self.settings.seed)
 
     def journal(self, device: str, source: str):
-        """The journal this process appends ``source`` records of ``device`` to (see laya_robustness.journal)."""
-        from laya_robustness.journal import JOURNAL_DIR, Journal, config_fingerprint, read_journals
-        from laya_robustness.pytest_plugin.snapshot import file_safe
-
+        """The journal this process appends ``source`` records of ``device`` to (``laya_robustness.run.journal``)."""
         key = identity_key(device, source)
         if key not in self._journals:
             scorer, s = self.scorer(device, source), self.settings
             settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
                         "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
                         "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
-            folder = s.journal or self.report_dir / JOURNAL_DIR
             worker = getattr(self.config, "workerinput", {}).get("workerid")
-            name = file_safe(key) + (f".{worker}" if worker else "")
-            known = read_journals(folder) if s.resume else {}
-            identity = getattr(scorer, "identity", {})
-            self._journals[key] = Journal(folder / f"{name}.jsonl", config_fingerprint(identity, settings), known)
+            self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, worker,
+                                               getattr(scorer, "identity", {}), settings, resume=s.resume)
         return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
         """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored;
         with --resume the rows an earlier run journaled are reused and only the others scored."""
-        from laya_robustness.journal import row_key
-
         key = (family, dataset, device)
-        if key in self._scored:
+        if key in self.scored:
             return
         source = self._source_of(family, dataset)
         scorer, journal = self.scorer(device, source), self.journal(device, source)
         rows = self.family_rows(family, dataset)
         scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
-        store = self.records.setdefault(device, {})
-        cell: list[Record] = []
         progress = scoring_progress(self.config, device, f"{family}/{dataset}", len(rows))
-        for chunk in scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size):
-            keys = [row_key(journal.config, rows[i]) for i in chunk]
-            missing = [j for j, k in enumerate(keys) if k not in journal.known]
-            scored = [None if j in missing else Record.parse(journal.known[k], f"journal record {k}")
-                      for j, k in enumerate(keys)]
-            if missing:
-                try:
-                    new = scoring.records([rows[chunk[j]] for j in missing])
-                except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
-                    raise self._harness_error(
-                        f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} failed: "
-                        f"{type(exc).__name__}: {exc}") from exc
-                for j, rec in zip(missing, new):
-                    scored[j] = rec
-                journal.append((keys[j], scored[j]) for j in missing)
-            for rec in scored:
-                store[rec.row_id] = rec
-            cell.extend(scored)
-            progress.update(len(chunk))
-        progress.close()
+        chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size)
+        try:
+            cell = score_journaled(LocalExecutor(scoring), journal, rows, chunks, progress.update)
+        except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
+            raise self.harness_error(f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} "
+                                     f"failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            progress.close()
+        store = self.records.setdefault(device, {})
+        for rec in cell:
+            store[rec.row_id] = rec
         self._cell_records[(device, family, dataset)] = cell
-        self._scored.add(key)
+        self.scored.add(key)
 
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
         """The orig and ``family`` records of one dataset on one device (scored once per process)."""
         self._score(ORIG, dataset, device)
         self._score(family, dataset, device)
-        orig = self._records_of(device, ORIG, dataset)
-        return list(orig) if family == ORIG else [*orig, *self._records_of(device, family, dataset)]
+        orig = self.records_of(device, ORIG, dataset)
+        return list(orig) if family == ORIG else [*orig, *self.records_of(device, family, dataset)]
 
-    def _records_of(self, device: str, family: str, dataset: str) -> list[Record]:
+    def records_of(self, device: str, family: str, dataset: str) -> list[Record]:
         """The records of one cell: as _score stored them, else (records merged from xdist workers) found."""
         key = (device, family, dataset)
         if key not in self._cell_records:
             self._cell_records[key] = [r for r in self.records.get(device, {}).values()
                                        if r.family == family and r.dataset == dataset]
         return self._cell_records[key]
+
+    def forget_cell(self, device: str, family: str, dataset: str) -> None:
+        """Drop the cached records of a cell (records merged from a worker change it)."""
+        self._cell_records.pop((device, family, dataset), None)
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -398,7 +312,7 @@ class RobustnessSession:
         cell = family_cell(records, family, dataset, seed=self.seed, cache=self.cells)
         if not limits:
             pytest.skip(f"scored; the limits set none for {family} on {dataset}")
-        results = checks.evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
+        results = evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
         have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:
@@ -407,23 +321,13 @@ class RobustnessSession:
 
         self.results += [{**asdict(r), "device": device, "n_rows_have": have, "known": known(r.check) is not None}
                          for r in results]
+        outcomes.cell_outcome(cell_verdict(results, known), records, family, dataset,
+                              (self.thresholds.path, *self.thresholds.overlays))
 
-        verdict = cell_verdict(results, known)
-        if verdict.outcome == FAIL:
-            pytest.fail("\n\n".join(
-                checks.failure_message(r, checks.worst_groups(records, family, dataset, r.check))
-                for r in verdict.failures), pytrace=False)
-        if verdict.outcome == XPASS:
-            where = ", ".join(str(p.name) for p in (self.thresholds.path, *self.thresholds.overlays))
-            fixed = [f"{r.check} now passes ({r.value:.4g} vs {r.limit:.4g}); remove the known limitation "
-                     f"from {where}" for r in verdict.fixed]
-            pytest.fail("[XPASS(strict)] known limitation no longer holds: " + "; ".join(fixed), pytrace=False)
-        if verdict.outcome == XFAIL:
-            # pytrace=False, as for pytest.fail above: the reason says it all, and pytest skips formatting
-            # (parsing the source of) a traceback that the xfail report would throw away.
-            raise pytest.xfail.Exception("known limitation: " + "; ".join(f"{r.check}: {why}"
-                                                                          for r, why in verdict.expected),
-                                         pytrace=False)
+    def judgement(self, family: str, dataset: str) -> Judgement:
+        """How the limits of one cell are judged (their judge, and alpha / m of the whole run)."""
+        t = self.thresholds
+        return Judgement(lambda check: t.judge_for(family, dataset, check), t.gate.alpha_each(self.n_interval_checks))
 
     # -- invariance -----------------------------------------------------------------------------
 
@@ -451,8 +355,8 @@ class RobustnessSession:
         except ConditionNotSupported as exc:
             pytest.skip(f"{condition} is not supported by this scorer: {exc}")
         except Exception as exc:
-            raise self._harness_error(f"invariance condition {condition} on {device} with model "
-                                      f"{self.settings.model!r} failed: {type(exc).__name__}: {exc}") from exc
+            raise self.harness_error(f"invariance condition {condition} on {device} with model "
+                                     f"{self.settings.model!r} failed: {type(exc).__name__}: {exc}") from exc
         name = condition if source == "rows" else f"{DUAL_PREFIX}{condition}"
         self.invariance_results.setdefault(device, {})[name] = stats
         return stats
@@ -464,15 +368,9 @@ class RobustnessSession:
         limits = self.thresholds.invariance_limits(section)
         if not limits:
             pytest.skip(f"scored; the limits set none in [invariance.{section}]")
-        results = checks.evaluate_invariance(condition, stats, limits)
+        results = evaluate_invariance(condition, stats, limits)
         self.results += [{**asdict(r), "device": device} for r in results]
-        failed = [r for r in results if not r.passed]
-        if failed:
-            worst = sorted(stats["per_row"], key=lambda e: (-e["abs_dlogit"], e["row_id"]))[:5]
-            lines = [f"{e['row_id']}: answer {e['answer'][0]} -> {e['answer'][1]}, margin "
-                     f"{e['margin'][0]:.4f} -> {e['margin'][1]:.4f}, |dp| {e['abs_dp']:.2e}, "
-                     f"|dlogit| {e['abs_dlogit']:.2e}" for e in (stats["flipped"] or worst)]
-            pytest.fail("\n\n".join(checks.failure_message(r, lines) for r in failed), pytrace=False)
+        outcomes.invariance_outcome(results, stats)
 
     # -- all families ---------------------------------------------------------------------------
 
@@ -493,7 +391,7 @@ class RobustnessSession:
             t = self.thresholds
             m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
             if self.settings.baseline is not None and t.gate.judge == "interval":
-                m += sum(len(checks.regression_limits(t.gate, f)) for f in {f for f, _ in self.run_cells()})
+                m += sum(len(regression_limits(t.gate, f)) for f in {f for f, _ in self.run_cells()})
             self._n_interval_checks = m
         return self._n_interval_checks
 
@@ -501,8 +399,6 @@ class RobustnessSession:
     def baseline_records(self) -> list:
         """The records of --baseline (a bad file is a usage error naming it)."""
         if self._baseline is None:
-            from laya_robustness.predictions import PredictionError, read_predictions
-
             try:
                 self._baseline = read_predictions(self.settings.baseline)
             except (PredictionError, OSError) as exc:
@@ -511,8 +407,6 @@ class RobustnessSession:
 
     def check_regression(self, family: str, device: str) -> None:
         """The family, over all its datasets, against the --baseline: its regression limits and the McNemar tests."""
-        from laya_robustness.metrics.baseline import ALL
-
         if self.settings.baseline is None:
             pytest.skip("no --baseline to compare with")
         if family != ORIG and family not in self.families:
@@ -527,35 +421,15 @@ class RobustnessSession:
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
         if not cell:
             pytest.skip(f"the baseline has none of this run's {family} rows")
-        limits = checks.regression_limits(self.thresholds.gate, family, cell)
+        limits = regression_limits(self.thresholds.gate, family, cell)
         if not limits and not cell["n_groups"]:
             pytest.skip(f"no {family} row has a right answer (a caption has none): its accuracy cannot regress")
         if not limits:
             pytest.skip(f"the limits set no [gate] regression limit that applies to {family}")
-        judge = checks.Judgement(lambda check: self.thresholds.gate.judge,
-                                 self.thresholds.gate.alpha_each(self.n_interval_checks))
-        results = checks.evaluate_cell(family, ALL, cell, limits, judge)
+        judge = Judgement(lambda check: self.thresholds.gate.judge, self.thresholds.gate.alpha_each(self.n_interval_checks))
+        results = evaluate_cell(family, ALL, cell, limits, judge)
         self.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
-        failed = [r for r in results if not r.passed]
-        if failed:
-            lines = []
-            for result in failed:
-                if result.check == "max_regression":
-                    what, test = "accuracy", cell["mcnemar_acc"]
-                    n_worse, n_other, words = test["b"], test["c"], "right in the baseline and wrong now"
-                else:
-                    what, test = "flips", cell["mcnemar_flip"]
-                    n_worse, n_other, words = test["c"], test["b"], "flipped now and not in the baseline"
-                lines.append(checks.failure_message(result, [
-                    f"McNemar on {what}: {n_worse} rows {words}, {n_other} the other way (p = {test['p']:.3g}) "
-                    f"over {test['n_pairs']} matched rows"]))
-            pytest.fail("\n".join(lines), pytrace=False)
-
-    def judgement(self, family: str, dataset: str):
-        """How the limits of one cell are judged (their judge, and alpha / m of the whole run)."""
-        t = self.thresholds
-        return checks.Judgement(lambda check: t.judge_for(family, dataset, check),
-                                t.gate.alpha_each(self.n_interval_checks))
+        outcomes.regression_outcome(results, cell)
 
     def full_summary(self, device: str) -> dict:
         """The summary of every selected family that can run, on every dataset of its source (scoring
@@ -573,36 +447,7 @@ class RobustnessSession:
             self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self.cells))
         return self._summary_cache[device][1]
 
-    # -- xdist ----------------------------------------------------------------------------------
-
-    def worker_payload(self) -> str:
-        return json.dumps({"records": self.records, "results": self.results, "harness": self.harness_errors,
-                           "identities": self.identities, "invariance": self.invariance_results,
-                           "scored": sorted(self._scored), "snapshots": self.deferred_snapshots})
-
-    def merge_payload(self, payload: str) -> None:
-        """Add a worker's records (parsed into Records), results, errors, identities and invariance stats."""
-        data = json.loads(payload)
-        for device, recs in data["records"].items():
-            store = self.records.setdefault(device, {})
-            for row_id, rec in recs.items():
-                store[row_id] = record = Record.parse(rec, f"worker record {row_id}")
-                self._cell_records.pop((device, record.family, record.dataset), None)  # found again when asked
-        self.results += data["results"]
-        self.harness_errors += [e for e in data["harness"] if e not in self.harness_errors]
-        self.identities.update(data["identities"])
-        for device, conditions in data["invariance"].items():
-            self.invariance_results.setdefault(device, {}).update(conditions)
-        self._scored.update(tuple(key) for key in data["scored"])
-        for snapshot in data["snapshots"]:
-            if snapshot not in self.deferred_snapshots:
-                self.deferred_snapshots.append(snapshot)
-
     def defer_snapshot(self, device: str, name: str, path) -> None:
         """A worker's summary snapshot, to be compared on the controller once every worker's records are in."""
         self.deferred_snapshots.append({"device": device, "name": name, "path": str(path)})
 
-    def meta(self, device: str) -> dict:
-        from laya_robustness.report_meta import run_meta
-
-        return run_meta(self, device)

@@ -18,18 +18,17 @@ summary and fails the run's exit status when it differs.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from laya_robustness.families import default_families
 from laya_robustness.metrics import rounded
-from laya_robustness.rows import Row
+from laya_robustness.pytest_plugin.options import default_of
+from laya_robustness.run.files import file_safe
+from laya_robustness.run.fingerprints import data_fingerprint, families_label, model_fingerprint
+from laya_robustness.run.models import identity_key
+from laya_robustness.scoring.base import batch_precision
 
 SNAPSHOT_DIGITS = 4
-FINGERPRINT_CHARS = 8
 DIFF_LINES = 60
 #: Why a worker's snapshot test skips under xdist.
 COMPARED_ON_CONTROLLER = ("under xdist the summary snapshot is compared once, on the controller, over every worker's "
@@ -46,44 +45,6 @@ class SnapshotOutcome:
     diff: str = ""
 
 
-def image_digest(image) -> str:
-    """sha256 of an image's mode, size and raw pixels."""
-    h = hashlib.sha256(f"{image.mode}:{image.size}".encode())
-    h.update(image.tobytes())
-    return h.hexdigest()
-
-
-def data_fingerprint(rows: Mapping[str, Sequence[Row]]) -> str:
-    """A short sha256 of every sampled row's fields and image pixels, datasets and rows in order."""
-    h = hashlib.sha256()
-    for dataset, dataset_rows in sorted(rows.items()):
-        for r in dataset_rows:
-            fields = [r.row_id, r.dataset, r.group_id, r.cluster, r.question, list(r.options), r.label,
-                      r.primitive, r.context, r.category, dict(r.meta), list(getattr(r, "answers", ()))]
-            h.update(json.dumps(fields, sort_keys=True, default=str).encode())
-            for image in r.images:
-                h.update(image_digest(image).encode())
-    return h.hexdigest()[:FINGERPRINT_CHARS]
-
-
-def model_fingerprint(identity: Mapping, model_name: str, scorer: str) -> str:
-    """A short sha256 of the models' weight hashes (the question model's and, under ``"dual"``, the dual
-    encoder's); of the model name and scorer when they report none."""
-    weights = {"model": identity.get("weights_sha256") or {}, "dual": (identity.get("dual") or {}).get("weights_sha256")}
-    basis = json.dumps(weights, sort_keys=True) if any(weights.values()) else f"{scorer}:{model_name}"
-    return hashlib.sha256(basis.encode()).hexdigest()[:FINGERPRINT_CHARS]
-
-
-def families_label(families: Sequence[str]) -> str:
-    """"all" for the default families, else their names joined by "+"."""
-    return "all" if tuple(families) == default_families() else "+".join(families)
-
-
-def file_safe(text: str) -> str:
-    """``text`` with every character but letters, digits, ``-`` and ``_`` replaced by ``_``."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
-
-
 def device_kind(device: str) -> str:
     """``gpu`` for a CUDA device, ``mps`` for Apple's, else ``cpu``: devices whose kernels round alike."""
     return "gpu" if device.startswith("cuda") else "mps" if device.startswith("mps") else "cpu"
@@ -92,9 +53,6 @@ def device_kind(device: str) -> str:
 def scoring_label(settings, device: str) -> str:
     """What the run's scoring settings change from the device's default scoring, as a name suffix (see the
     module doc): "" for the default, e.g. ``.predict`` or ``.fp32-b8``."""
-    from laya_robustness.pytest_plugin.options import default_of
-    from laya_robustness.scoring.base import batch_precision
-
     parts = []
     if settings.scoring_path != default_of("--scoring-path"):
         parts.append(settings.scoring_path)  # fp32 whatever --precision says
@@ -109,8 +67,6 @@ def scoring_label(settings, device: str) -> str:
 
 def snapshot_name(session, device: str) -> str:
     """The name of the run configuration's snapshot (see the module doc)."""
-    from laya_robustness.pytest_plugin.session import identity_key
-
     s = session.settings
     model = file_safe(s.model_name.strip("/"))
     identity = {}
@@ -128,8 +84,6 @@ def snapshot_name(session, device: str) -> str:
 
 def snapshot_view(session, device: str) -> dict:
     """What the snapshot holds: the run's identity and every metric rounded to 4 d.p. (no timings/versions)."""
-    from laya_robustness.pytest_plugin.session import identity_key
-
     summary = session.full_summary(device)
     identity = dict(session.identities.get(device, {}))
     identity.pop("model", None)

@@ -3,12 +3,12 @@
 Which blocks, families and columns appear comes from the family declarations
 (``laya_robustness.families``): a block's columns are the headline metrics of its families (plus
 ``ece`` where its cells have one), families in declaration order, then any family the summary holds
-that no declaration names. A cell's verdict is ``laya_robustness.verdict.cell_verdict`` of its
+that no declaration names. A cell's verdict is ``laya_robustness.gate.verdict.cell_verdict`` of its
 check results; each check is marked pass, undecided (judged on its interval, the evidence goes
 neither way: no failure), fail, xfail (a declared known limitation that still fails, or is only
 borderline) or xpass (one that now passes clearly).
 
->>> from laya_robustness.checks import CheckResult
+>>> from laya_robustness.gate.results import CheckResult
 >>> bad = CheckResult("text", "vsr", "max_flip", False, 0.3, 0.2, None, "flip rate 0.3 > max_flip 0.2")
 >>> v = cell_verdicts([bad], lambda family, dataset, check: None)[("text", "vsr")]
 >>> v.outcome, v.short()
@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from laya_robustness.checks import INVARIANCE, CheckResult, evaluate_cell, evaluate_invariance
 from laya_robustness.families import blocks, declared
+from laya_robustness.gate.judgement import evaluate_cell, evaluate_invariance
+from laya_robustness.gate.results import INVARIANCE, CheckResult
+from laya_robustness.gate.verdict import FAIL, PASS, XFAIL, XPASS, cell_verdict
 from laya_robustness.records import ORIG
-from laya_robustness.verdict import FAIL, PASS, XFAIL, XPASS, cell_verdict
 
 UNDECIDED = "undecided"
 #: How a check or a cell outcome is written in every report.
@@ -116,14 +117,14 @@ def evaluate_summary(summary: Mapping[str, Any], thresholds, invariance: Mapping
                      ) -> list[CheckResult]:
     """Every limit of ``thresholds`` checked on every cell of the summary (and invariance condition).
 
-    What the gate's tests check, recomputed offline from the numbers: ``checks.evaluate_cell`` with
+    What the gate's tests check, recomputed offline from the numbers: ``gate.judgement.evaluate_cell`` with
     ``thresholds.limits_for(family, dataset)``, judged as the gate judges them (each limit's judge; alpha / m
     over the m interval-judged limits of the summary's cells); an invariance condition that ran in bf16 gets the
     ``[invariance.bf16]`` limits. A check whose metric the cell lacks (or holds as None) fails,
     its detail saying so.
     """
-    from laya_robustness.checks import Judgement
-    from laya_robustness.invariance import limits_section
+    from laya_robustness.gate.judgement import Judgement
+    from laya_robustness.run.invariance import limits_section
 
     cells = []
     for block in summary_blocks(summary):

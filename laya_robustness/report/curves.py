@@ -32,8 +32,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from laya_robustness.answers import is_correct
 from laya_robustness.families import declared
-from laya_robustness.metrics.accuracy import is_correct, orig_by_group
+from laya_robustness.metrics.accuracy import orig_by_group
 from laya_robustness.metrics.calibration import N_BINS, bin_indices
 from laya_robustness.metrics.headline import ACC, FLIP, headline_values
 from laya_robustness.records import ORIG

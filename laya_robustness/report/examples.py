@@ -22,8 +22,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from laya_robustness.answers import is_correct, is_scored
 from laya_robustness.families import build_variants, find_family, get_family
-from laya_robustness.metrics.accuracy import group_key, is_correct, is_scored, orig_by_group
+from laya_robustness.metrics.accuracy import group_key, orig_by_group
 from laya_robustness.records import ORIG
 from laya_robustness.report.curves import family_order
 
@@ -180,7 +181,7 @@ def check_source_rows(meta: Mapping[str, Any], source_rows: Mapping[str, Sequenc
                 raise ValueError(f"the data has {have} rows of dataset {name!r}, the run scored {n}; render with the "
                                  "data, seed and rows per set the run used")
     if "data_fingerprint" in meta:
-        from laya_robustness.pytest_plugin.snapshot import data_fingerprint
+        from laya_robustness.run.fingerprints import data_fingerprint
 
         if data_fingerprint(source_rows) != meta["data_fingerprint"]:
             raise ValueError("the data's fingerprint differs from the run's (meta.data_fingerprint): render with the "

@@ -11,8 +11,8 @@ import html
 import io
 from typing import Any, Mapping, Sequence
 
+from laya_robustness.answers import answer_of, is_correct, is_scored
 from laya_robustness.families import FLAT, find_family
-from laya_robustness.metrics.accuracy import answer_of, is_correct, is_scored
 from laya_robustness.records import OPEN
 from laya_robustness.report import plots
 from laya_robustness.report.build import Report
@@ -25,9 +25,9 @@ from laya_robustness.report.cells import (
     columns_of,
     families_of,
     invariance_verdicts,
+    summary_blocks,
     value_text,
     verdict_line,
-    summary_blocks,
 )
 from laya_robustness.report.examples import HOW, Example, confidence
 

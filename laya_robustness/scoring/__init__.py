@@ -1,47 +1,17 @@
-"""Scorers turn rows into one logit per option (label order); ``load_scorer`` picks and checks the adapter."""
+"""Scorers turn rows into one logit per option (label order): the contract, the Hugging Face scorer and its
+adapters, dual encoders, plug-ins; ``load_scorer`` picks one and checks it."""
 
 from __future__ import annotations
 
-import importlib
-
-from laya_robustness.scoring.base import (ModelLoadError, Scorer, ScorerContractError, ScoringError,
-                                          UnsupportedArchitecture, check_scorer)
-from laya_robustness.scoring.cache import DEFAULT_FEATURE_CACHE_BYTES, DEFAULT_PIXEL_CACHE_BYTES
+from laya_robustness.scoring.base import (
+                                          ModelLoadError,
+                                          Scorer,
+                                          ScorerContractError,
+                                          ScoringError,
+                                          UnsupportedArchitecture,
+                                          check_scorer,
+)
+from laya_robustness.scoring.factory import load_scorer
 
 __all__ = ["ModelLoadError", "Scorer", "ScorerContractError", "ScoringError", "UnsupportedArchitecture",
            "check_scorer", "load_scorer"]
-
-
-def load_scorer(spec: str, model: str, *, device: str = "cpu", precision: str = "auto", batch_size: int = 16,
-                attn_implementation: str = "eager", trust_remote_code: bool = False,
-                feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
-                pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES):
-    """``hf``: a Hugging Face image-text-to-text model; ``module:function``: a plug-in factory.
-
-    A plug-in factory is called as ``function(model, device=..., precision=..., batch_size=...,
-    attn_implementation=...)`` and must return what ``laya_robustness.scoring.base.Scorer``
-    declares (checked here: ``ScorerContractError`` otherwise). Loading failures are
-    ``ModelLoadError`` (``UnsupportedArchitecture`` for an architecture without an adapter). The cache
-    bounds apply to ``hf`` (``HFVLMScorer``'s vision-feature and pixel stores).
-    """
-    if spec == "hf":
-        from laya_robustness.scoring.hf import HFVLMScorer
-
-        return HFVLMScorer.from_pretrained(model, device=device, precision=precision, batch_size=batch_size,
-                                           attn_implementation=attn_implementation,
-                                           trust_remote_code=trust_remote_code,
-                                           feature_cache_bytes=feature_cache_bytes,
-                                           pixel_cache_bytes=pixel_cache_bytes)
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ScorerContractError(f"scorer {spec!r} is neither 'hf' nor 'module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ScorerContractError(f"scorer {spec!r}: cannot import module {module_name!r}: {exc}") from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ScorerContractError(f"scorer {spec!r}: module {module_name!r} has no callable {attr!r}")
-    scorer = factory(model, device=device, precision=precision, batch_size=batch_size,
-                     attn_implementation=attn_implementation)
-    return check_scorer(scorer, f"plug-in {spec!r}")

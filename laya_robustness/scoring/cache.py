@@ -1,13 +1,10 @@
-"""Content keys for images and least-recently-used stores bounded by bytes (processed pixels, vision features).
+"""Least-recently-used stores bounded by bytes (processed pixels, vision features); images are keyed by
+``laya_robustness.rows.image_digest``.
 
 The vision features' store is segmented, so that a pass over many new images does not flush the ones reused.
 
 Example::
 
-    >>> from PIL import Image
-    >>> a, b = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "red")
-    >>> image_digest(a) == image_digest(b)          # same pixels, size and mode: same key
-    True
     >>> store = ByteLRU(max_bytes=10)
     >>> store.put("x", "payload", nbytes=6); store.put("y", "other", nbytes=6)
     >>> "x" in store, "y" in store                  # x was evicted to stay within 10 bytes
@@ -16,32 +13,12 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
-import weakref
 from collections import OrderedDict
 from typing import Any, Hashable
 
 #: Default bounds of the scorer's stores; vision features of a 512 px SmolVLM tile are 64 x 576 fp32 = 147 KB.
 DEFAULT_FEATURE_CACHE_BYTES = 1 << 30
 DEFAULT_PIXEL_CACHE_BYTES = 1 << 30
-
-_DIGESTS: dict[int, tuple[weakref.ref, str]] = {}
-
-
-def image_digest(image) -> str:
-    """sha256 over the image's mode, size and raw pixel bytes (memoised per live image object)."""
-    key = id(image)
-    known = _DIGESTS.get(key)
-    if known is not None and known[0]() is image:
-        return known[1]
-    h = hashlib.sha256(f"{image.mode}:{image.size[0]}x{image.size[1]}:".encode())
-    h.update(image.tobytes())
-    digest = h.hexdigest()
-    try:
-        _DIGESTS[key] = (weakref.ref(image, lambda _, key=key: _DIGESTS.pop(key, None)), digest)
-    except TypeError:  # an object without weak references: no memo
-        pass
-    return digest
 
 
 def tensor_bytes(value: Any) -> int:

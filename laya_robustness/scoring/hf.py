@@ -36,13 +36,23 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from laya_robustness.rows import Row
+from laya_robustness.rows import Row, image_digest
 from laya_robustness.scoring import layout
 from laya_robustness.scoring.base import ModelLoadError, ScoringError, batch_precision, to_label_order
-from laya_robustness.scoring.cache import (DEFAULT_FEATURE_CACHE_BYTES, DEFAULT_PIXEL_CACHE_BYTES, ByteLRU,
-                                           SegmentedLRU, image_digest, tensor_bytes)
-from laya_robustness.scoring.loading import (load_model, load_processor, resolve_checkpoint, supported_adapter,
-                                             weight_hashes)
+from laya_robustness.scoring.cache import (
+    DEFAULT_FEATURE_CACHE_BYTES,
+    DEFAULT_PIXEL_CACHE_BYTES,
+    ByteLRU,
+    SegmentedLRU,
+    tensor_bytes,
+)
+from laya_robustness.scoring.loading import (
+    load_model,
+    load_processor,
+    resolve_checkpoint,
+    supported_adapter,
+    weight_hashes,
+)
 from laya_robustness.scoring.prompt import user_text
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -622,7 +632,3 @@ def _resolve_local_dir(name_or_path: str) -> Path | None:
     except ModelLoadError:
         return None
 
-
-def default_checkpoint() -> Path:
-    """The embedded default checkpoint directory (``laya_fixtures/tiny-smolvlm``)."""
-    return Path(__file__).resolve().parents[2] / "laya_fixtures" / "tiny-smolvlm"

@@ -49,7 +49,7 @@ class PlantedRegression:
 
 def factory(model: str, **kwargs) -> PlantedRegression:
     """The plug-in factory: the Hugging Face scorer of ``model`` with the regression of the environment."""
-    from laya_robustness.scoring import load_scorer
+    from laya_robustness.scoring.factory import load_scorer
 
     family = os.environ.get("LAYA_PLANTED_FAMILY", "text")
     rate = float(os.environ.get("LAYA_PLANTED_RATE", "0.05"))

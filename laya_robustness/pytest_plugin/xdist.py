@@ -1,0 +1,79 @@
+"""Under xdist: a scheduler that keeps every gate test of one dataset on one worker, and what a worker sends
+the controller (its records, check results, harness errors, identities, invariance stats and deferred
+snapshots), merged there into the controller's session.
+
+A dataset's family tests all need its orig records; spread over workers, each worker would score
+the orig rows again. ``DatasetScheduling`` is xdist's ``--dist loadscope`` with the dataset as the
+scope: a test whose parameters name a dataset (``test_shift[colour_choice-cpu]``) joins that
+dataset's unit of work; every other test (invariance, benchmarks, the snapshot, the --baseline
+comparisons) is a unit of its own, load-balanced. It is what ``-n N`` uses unless ``--dist`` is
+given. (xdist's own ``loadgroup`` would do the same from ``xdist_group`` marks, but on pytest 9 it
+cannot rename the test ids it groups by.)
+
+>>> dataset_scope("robustness_tests/test_shift.py::test_shift[count_choice-gpu]", ["colour_choice", "count_choice"])
+'dataset:count_choice'
+>>> dataset_scope("robustness_tests/test_invariance.py::test_invariance[cpu-hostile]", ["colour_choice"])
+'robustness_tests/test_invariance.py::test_invariance[cpu-hostile]'
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from xdist.scheduler import LoadScopeScheduling
+
+from laya_robustness.records import Record
+
+#: The key of the gate's payload in a worker's ``workeroutput``.
+PAYLOAD_KEY = "laya_robustness"
+
+
+def dataset_scope(nodeid: str, datasets: Sequence[str]) -> str:
+    """``dataset:<name>`` when one of the test's parameters is a dataset's name (the longest that fits),
+    else the test id itself."""
+    _, bracket, params = nodeid.partition("[")
+    if not bracket:
+        return nodeid
+    params = params.removesuffix("]")
+    for name in sorted(datasets, key=len, reverse=True):
+        if params == name or params.startswith(f"{name}-") or params.endswith(f"-{name}") or f"-{name}-" in params:
+            return f"dataset:{name}"
+    return nodeid
+
+
+class DatasetScheduling(LoadScopeScheduling):
+    """``--dist loadscope`` with one scope per dataset (see the module doc)."""
+
+    def __init__(self, config, log=None, datasets: Sequence[str] = ()):
+        super().__init__(config, log)
+        self.datasets = list(datasets)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return dataset_scope(nodeid, self.datasets)
+
+
+def worker_payload(session) -> str:
+    """What a worker sends the controller, as JSON."""
+    return json.dumps({"records": session.records, "results": session.results, "harness": session.harness_errors,
+                       "identities": session.identities, "invariance": session.invariance_results,
+                       "scored": sorted(session.scored), "snapshots": session.deferred_snapshots})
+
+
+def merge_payload(session, payload: str) -> None:
+    """Add a worker's records (parsed into Records), results, errors, identities and invariance stats."""
+    data = json.loads(payload)
+    for device, recs in data["records"].items():
+        store = session.records.setdefault(device, {})
+        for row_id, rec in recs.items():
+            store[row_id] = record = Record.parse(rec, f"worker record {row_id}")
+            session.forget_cell(device, record.family, record.dataset)  # found again when asked
+    session.results += data["results"]
+    session.harness_errors += [e for e in data["harness"] if e not in session.harness_errors]
+    session.identities.update(data["identities"])
+    for device, conditions in data["invariance"].items():
+        session.invariance_results.setdefault(device, {}).update(conditions)
+    session.scored.update(tuple(key) for key in data["scored"])
+    for snapshot in data["snapshots"]:
+        if snapshot not in session.deferred_snapshots:
+            session.deferred_snapshots.append(snapshot)

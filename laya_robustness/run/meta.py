@@ -1,0 +1,85 @@
+"""The ``meta`` blocks of summary.json and invariance.json: what was run, on what, with which versions (read from
+the run's session: its settings, inputs, rows and the loaded scorers' identities)."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+from laya_robustness.run.fingerprints import data_fingerprint
+
+LIBRARIES = ("laya-robustness", "torch", "transformers", "tokenizers", "pillow", "numpy")
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def run_meta(session, device: str) -> dict:
+    """Seed, rows per set, the data (path and fingerprint), model identity (name and weight hashes), device,
+    precision, batch size, versions."""
+    s = session.settings
+    identity = dict(session.identities.get(device, {}))
+    identity["model"] = s.model_name
+    dual = session.identities.get(f"{device}/dual")
+    if dual:
+        identity["dual"] = dict(dual)
+    return {
+        "seed": s.seed,
+        "rows_per_set": s.rows_per_set,
+        "datasets": {name: len(rows) for name, rows in {**session.rows, **session.caption_rows}.items()},
+        "data": str(s.data),
+        "data_fingerprint": data_fingerprint({**session.rows, **session.caption_rows}),
+        "inputs": session.inputs.inputs_meta(),
+        "families": list(s.families),
+        "model": identity,
+        "device": device,
+        "scoring_path": s.scoring_path,
+        "precision": {"batch": s.precision, "predict": "fp32"},
+        "batch_size": s.batch_size,
+        "temperatures": s.temperatures,
+        "versions": library_versions(),
+    }
+
+
+def code_commit(root) -> str:
+    """The git commit of the checkout the gate runs from ("unknown" outside a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def device_name(device: str) -> str:
+    """A readable name of the device: the CUDA device's name, or the CPU's platform string."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"cpu ({platform.machine()}, {platform.processor() or 'unknown processor'})"
+
+
+def invariance_meta(session, device: str) -> dict:
+    """invariance.json's meta: device name, checkpoint hashes, datasets, seed, code commit, precisions."""
+    conditions = session.invariance_results.get(device, {})
+    return {
+        "device": device,
+        "device_name": device_name(device),
+        "model": {**session.identities.get(device, {}), "model": session.model_name},
+        "datasets": {name: min(len(rows), session.settings.invariance_rows) for name, rows in session.rows.items()},
+        "seed": session.seed,
+        "code_commit": code_commit(session.config.rootpath),
+        "batch_size": session.settings.batch_size,
+        "precision": {name: stats["precision"] for name, stats in sorted(conditions.items())},
+        "versions": library_versions(),
+    }

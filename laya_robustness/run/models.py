@@ -1,0 +1,57 @@
+"""Which models a run scores with: the kind of a checkpoint (a dual encoder or a question model), where a
+scorer's identity is kept, and loading the scorer of a row source on a device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+#: ``config.model_type`` of the dual encoders (CLIP / SigLIP): they answer no questions, they are probed.
+DUAL_ENCODER_TYPES = ("clip", "siglip")
+#: The row sources a scorer is loaded for: the question rows, and the caption rows a dual encoder probes.
+SOURCES = ("rows", "captions")
+
+
+def model_type(name_or_path: str) -> str | None:
+    """The checkpoint's ``config.model_type``, read from a local directory or the local hub cache only
+    (never the network: an id that is not cached gives None)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        try:
+            return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, "config.json")
+    except Exception:  # not a valid repo id, or no cache at all
+        return None
+    return model_type(str(Path(cached).parent)) if isinstance(cached, str) else None
+
+
+def is_dual_encoder(name_or_path: str) -> bool:
+    """Whether the checkpoint is a CLIP / SigLIP dual encoder (read offline; see :func:`model_type`)."""
+    return model_type(name_or_path) in DUAL_ENCODER_TYPES
+
+
+def identity_key(device: str, source: str) -> str:
+    """Where a scorer's identity is kept: the device for the question model, ``<device>/dual`` for captions."""
+    return device if source == "rows" else f"{device}/dual"
+
+
+def load_source_scorer(settings, model: str, device: str, dual: bool):
+    """The scorer of one row source on ``device``: a dual encoder (``dual``) or the run's ``--scorer`` (hf, or a
+    plug-in), with the run's precision, batch size, attention and cache bounds (``settings``: the run's
+    parsed options). Raises whatever loading raises."""
+    s = settings
+    if dual:
+        from laya_robustness.scoring.dual import DualEncoderScorer
+
+        return DualEncoderScorer.from_pretrained(model, device=device, precision=s.precision, batch_size=s.batch_size,
+                                                 attn_implementation=s.attn_implementation)
+    from laya_robustness.scoring.factory import load_scorer
+
+    return load_scorer(s.scorer, model, device=device, precision=s.precision, batch_size=s.batch_size,
+                       attn_implementation=s.attn_implementation, feature_cache_bytes=s.feature_cache_mb << 20,
+                       pixel_cache_bytes=s.pixel_cache_mb << 20)

@@ -1,0 +1,158 @@
+"""How rows become prediction records: the scorer's logits (the batch path in one call, the predict path one
+call per image cluster) or its generated answers, scored in chunks that are journaled as they finish.
+
+A record holds raw logits to 4 d.p., calibrated probabilities to 5 d.p. and the argmax of the rounded
+logits, so a summary re-made from the predictions file equals the online one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from laya_robustness.answers import normalize_answer
+from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES, calibrated_probs
+from laya_robustness.records import OPEN, Record
+from laya_robustness.rows import Row
+from laya_robustness.run.journal import Journal, row_key
+
+#: Batches of the batch path per scoring chunk (the unit that is journaled, and that the progress bar counts).
+CHUNK_BATCHES = 16
+
+
+def prediction_record(row, logits, temperatures: Mapping[str, float]) -> Record:
+    """One predictions.jsonl line: ids, family/variant, label, raw logits (4 d.p.), probs (5 d.p.), argmax, meta.
+
+    The argmax is taken on the rounded logits, so the record is self-consistent
+    and a summary re-made from the file equals the online one.
+    """
+    rounded = [round(float(x), 4) for x in logits]
+    probs = calibrated_probs(rounded, row.primitive, temperatures)
+    record = {
+        "row_id": row.row_id, "group_id": row.group_id, "cluster": row.cluster, "dataset": row.dataset,
+        "family": row.family, "variant": row.variant, "primitive": row.primitive, "label": row.label,
+        "n_images": len(row.images), "logits": rounded, "probs": [round(float(p), 5) for p in probs],
+        "argmax": int(np.argmax(rounded)), "meta": dict(row.meta), "category": row.category,
+    }
+    return Record.parse(record, f"row {row.row_id}")
+
+
+def open_record(row, generated: str) -> Record:
+    """The record of an open-answer row: the generated text, its normalised form, the normalised accepted
+    answers and whether the answer is one of them (``laya_robustness.answers``)."""
+    accepted = [normalize_answer(a) for a in getattr(row, "answers", ())]
+    answer = normalize_answer(generated)
+    record = {
+        "row_id": row.row_id, "group_id": row.group_id, "cluster": row.cluster, "dataset": row.dataset,
+        "family": row.family, "variant": row.variant, "primitive": OPEN, "label": -1, "argmax": -1,
+        "n_images": len(row.images), "logits": [], "probs": [], "meta": dict(row.meta), "category": row.category,
+        "raw_answer": generated, "answer": answer, "answers": accepted, "correct": answer in accepted,
+    }
+    return Record.parse(record, f"row {row.row_id}")
+
+
+@dataclass
+class Scoring:
+    """How rows are scored: the scorer, its path and the per-primitive temperatures."""
+
+    scorer: object
+    path: str = "batch"  # or "predict"
+    temperatures: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TEMPERATURES))
+    max_new_tokens: int = 16
+
+    def logits(self, rows: Sequence[Row]):
+        """Logits of every row: one batch-path call, or one predict call per image cluster."""
+        if self.path == "batch":
+            return self.scorer.score_batch(rows)
+        out = [None] * len(rows)
+        for idx in cluster_indices(rows):
+            for i, logits in zip(idx, self.scorer.score_predict([rows[i] for i in idx])):
+                out[i] = logits
+        return out
+
+    def answers(self, rows: Sequence[Row]) -> list[str]:
+        """The generated answers of open-answer rows (the scorer's greedy ``generate``)."""
+        generate = getattr(self.scorer, "generate", None)
+        if generate is None:
+            raise TypeError(f"{type(self.scorer).__name__} cannot generate: open-answer rows need a scorer "
+                            "with generate(rows, max_new_tokens)")
+        return list(generate(rows, max_new_tokens=self.max_new_tokens))
+
+    def records(self, rows: Sequence[Row]) -> list[dict]:
+        """One prediction record per row, in order: logits (4 d.p.), calibrated probs (5 d.p.) and argmax of
+        a choice / yes-no row; the generated, normalised and judged answer of an open-answer row."""
+        out: list = [None] * len(rows)
+        closed = [i for i, r in enumerate(rows) if r.primitive != OPEN]
+        opened = [i for i, r in enumerate(rows) if r.primitive == OPEN]
+        if closed:
+            logits = self.logits([rows[i] for i in closed])
+            for i, lg in zip(closed, logits, strict=True):
+                out[i] = prediction_record(rows[i], lg, self.temperatures)
+        if opened:
+            for i, text in zip(opened, self.answers([rows[i] for i in opened]), strict=True):
+                out[i] = open_record(rows[i], text)
+        return out
+
+
+def cluster_indices(rows: Sequence[Row]) -> list[list[int]]:
+    """Indices of the rows grouped by image cluster, clusters in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(r.cluster, []).append(i)
+    return list(groups.values())
+
+
+def scoring_chunks(rows: Sequence[Row], scoring_path: str, batch_size: int) -> list[list[int]]:
+    """Row indices in the chunks a family is scored and journaled in: ``CHUNK_BATCHES`` batches of the
+    batch path (so the batches are the same as in one call), or whole image clusters of the predict path."""
+    if scoring_path == "batch":
+        size = CHUNK_BATCHES * batch_size
+        return [list(range(i, min(i + size, len(rows)))) for i in range(0, len(rows), size)]
+    chunks: list[list[int]] = [[]]
+    for cluster in cluster_indices(rows):
+        if len(chunks[-1]) >= CHUNK_BATCHES * batch_size:
+            chunks.append([])
+        chunks[-1].extend(cluster)
+    return [c for c in chunks if c]
+
+
+class LocalExecutor:
+    """Scores chunks of rows in this process, one after another (``--executor local``, the default)."""
+
+    def __init__(self, scoring: Scoring):
+        self.scoring = scoring
+
+    def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
+        """``(index, records)`` of each chunk as it is scored; another executor may yield them in any order."""
+        for index, rows in enumerate(chunks):
+            yield index, self.scoring.records(rows)
+
+
+def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],
+                    on_chunk: Callable[[int], None] = lambda n: None) -> list[Record]:
+    """The records of ``rows`` in row order, chunk by chunk: a row the journal knows (``--resume``) is reused,
+    the others of each chunk are handed to ``executor`` (its ``records(chunks)`` yields ``(index, records)``
+    as chunks finish) and appended to the journal as each chunk arrives; ``on_chunk(n)`` is told the size of
+    every chunk done (the progress bar). An exception of the executor propagates unchanged: what was journaled
+    before it stays."""
+    out: list[Record | None] = [None] * len(rows)
+    keys = [row_key(journal.config, row) for row in rows]
+    pending: list[tuple[list[int], int]] = []  # (positions to score, size of their chunk)
+    for chunk in chunks:
+        missing = [i for i in chunk if keys[i] not in journal.known]
+        for i in chunk:
+            if keys[i] in journal.known:
+                out[i] = Record.parse(journal.known[keys[i]], f"journal record {keys[i]}")
+        if missing:
+            pending.append((missing, len(chunk)))
+        else:
+            on_chunk(len(chunk))
+    for index, records in executor.records([[rows[i] for i in positions] for positions, _ in pending]):
+        positions, size = pending[index]
+        for i, record in zip(positions, records, strict=True):
+            out[i] = record
+        journal.append((keys[i], out[i]) for i in positions)
+        on_chunk(size)
+    return out

@@ -1,0 +1,92 @@
+"""The package's architecture holds: the import-linter contracts of pyproject.toml are kept, and no import cycle
+exists, neither between modules nor between the sibling modules of a package (every import statement counts,
+those inside functions included: grimp reads them all)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_cycles_finds_a_cycle_and_only_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph("laya_robustness", cache_dir=None)
+
+
+def test_no_module_imports_itself_back(graph):
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert cycles(edges) == []
+
+
+def test_no_sibling_packages_import_each_other_back(graph):
+    packages = [m for m in graph.modules if graph.find_children(m)]
+    found = {}
+    for parent in packages:
+        def child(module: str) -> str | None:
+            if not module.startswith(parent + "."):
+                return None
+            return parent + "." + module[len(parent) + 1:].split(".")[0]
+
+        edges: dict[str, set[str]] = {}
+        for module in graph.modules:
+            a = child(module)
+            for imported in graph.find_modules_directly_imported_by(module) if a else ():
+                b = child(imported)
+                if b and b != a:
+                    edges.setdefault(a, set()).add(b)
+        if cycles(edges):
+            found[parent] = cycles(edges)
+    assert found == {}
+
+
+def test_function_level_imports_are_in_the_graph(graph):
+    """A function-level import (the plugin loads its malloc setting inside pytest_configure) is an edge too."""
+    assert graph.direct_import_exists(importer="laya_robustness.pytest_plugin",
+                                      imported="laya_robustness.scoring.malloc")
+
+
+def test_the_import_contracts_are_kept():
+    result = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+                             "sys.exit(lint_imports_command())"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
