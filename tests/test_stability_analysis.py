@@ -172,8 +172,11 @@ def test_the_cmi_block_is_mi_ratio_on_the_samples_entropies(hand):
 
 
 def test_control_families_and_their_answers_are_left_out():
-    without = [r for r in hand_records() if r["family"] != "ctl"]
-    assert stability_analysis(without, MODALITY_OF) == stability_analysis(hand_records(), MODALITY_OF)
+    without = stability_analysis([r for r in hand_records() if r["family"] != "ctl"], MODALITY_OF)["d"]
+    with_control = stability_analysis(hand_records(), MODALITY_OF)["d"]
+    assert with_control.pop("families_not_counted") == ["ctl"]  # named as scored and not counted, nothing more
+    assert without.pop("families_not_counted") == []
+    assert without == with_control
 
 
 def test_the_result_is_json_ready_and_independent_of_record_order():
@@ -189,17 +192,23 @@ def test_a_dataset_without_modality_variants_is_left_out():
     assert stability_analysis([r for r in hand_records() if r["family"] in ("orig", "ctl")], MODALITY_OF) == {}
 
 
-def test_the_default_modalities_come_from_the_declarations():
+def test_the_default_modalities_are_the_study_s_sets():
+    """The study's visual set is its benign perturbations, its phrasing set the rephrasings: the gate's own
+    ``image`` (JPEG, crops, brightness) and ``text`` (surface edits) families are scored but not counted."""
     from laya_robustness.families import modalities
 
     modality_of = modalities()
-    assert modality_of["image"] == "visual" and modality_of["text"] == "phrasing"
+    by_modality = {m: sorted(f for f, fm in modality_of.items() if fm == m) for m in ("visual", "phrasing", "language")}
+    assert by_modality == {"visual": ["overlay", "pad_crop", "rotation", "rotation_sweep", "scale", "scale_pad", "shift"],
+                           "phrasing": ["rephrase"], "language": ["language"]}
+    assert modality_of["image"] is None and modality_of["text"] is None
     assert modality_of["orig"] is None and modality_of["image_shuffle"] is None
-    records = [{**r, "family": {"shift": "image", "pad": "image", "reph": "text"}.get(r["family"], r["family"])}
-               for r in hand_records() if r["family"] != "ctl"]
+    records = [{**r, "family": {"shift": "shift", "pad": "image", "reph": "rephrase", "ctl": "text"}[r["family"]]}
+               if r["family"] != "orig" else r for r in hand_records()]
     block = stability_analysis(records, modality_of)["d"]
-    assert block["families"] == {"visual": ["image"], "phrasing": ["text"]}
-    assert block["stable_shares"]["visual+phrasing"]["share"] == 0.25
+    assert block["families"] == {"visual": ["shift"], "phrasing": ["rephrase"]}
+    assert block["families_not_counted"] == ["image", "text"]
+    assert block["stable_shares"]["visual"]["n_stable"] == 3  # pad (now image) no longer moves g3's visual answers
 
 
 # -- open-answer rows ----------------------------------------------------------------------------------------------

@@ -503,7 +503,8 @@ def stability_analysis(records: Iterable[Any], modality_of: Mapping[str, str | N
     """Every one-model stability analysis, per dataset: ``{dataset: block}`` (JSON-ready, deterministic).
 
     Only datasets with a variant of some modality appear. A block holds ``n_samples`` (groups with an
-    orig record), ``n_groups_without_orig``, ``modalities`` and ``families`` (per modality), the
+    orig record), ``n_groups_without_orig``, ``modalities``, ``families`` (the families each modality
+    counted) and ``families_not_counted`` (the dataset's other scored families, without a modality), the
     ``stable_shares`` and ``entropy_histogram`` of Fig. 3, ``by_category`` (Table 5),
     ``accuracy_given_stability`` (Table 7), ``correlations`` (Table 8) and ``cmi`` (Sec. 5.2.1).
     Undefined numbers are None. ``modality_of`` maps a family to its modality (``families.modalities()``).
@@ -522,13 +523,14 @@ def stability_analysis(records: Iterable[Any], modality_of: Mapping[str, str | N
         modalities = present_modalities(group)
         if not modalities:
             continue
-        families = {m: sorted({r.family for r in records if r.dataset == dataset and modality_of.get(r.family) == m})
-                    for m in modalities}
+        scored = {r.family for r in records if r.dataset == dataset and not r.is_orig}
+        families = {m: sorted(f for f in scored if modality_of.get(f) == m) for m in modalities}
         out[dataset] = {
             "n_samples": len(group),
             "n_groups_without_orig": len(groups_by_dataset[dataset]) - len(group),
             "modalities": list(modalities),
             "families": families,
+            "families_not_counted": sorted(f for f in scored if modality_of.get(f) is None),
             "stable_shares": stable_shares(group, modalities),
             "entropy_histogram": entropy_histogram(group, modalities),
             "by_category": category_table(group, modality_of),
