@@ -64,6 +64,8 @@ def _stability(args) -> int:
         layerwise = {"model": args.model, "data": args.data, "scorer": args.scorer, "device": args.device,
                      "families": [f.strip() for f in args.families.split(",") if f.strip()],
                      "max_groups": args.max_groups, "seed": args.seed, "rows_per_set": args.rows_per_set}
+    if args.bins is not None and args.bins < 2:
+        raise ValueError(f"--bins must be at least 2, got {args.bins}")
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     return stability_report(args.predictions, names=names, modalities=args.modalities, seed=args.seed,
                             precision=args.precision, bins=args.bins, binning=args.binning,
@@ -188,7 +190,8 @@ def parser() -> argparse.ArgumentParser:
                     "(default: the summary.json beside the first file, else 0)")
     st.add_argument("--precision", type=float, default=0.92, help="precision the predictor's recall is read at "
                     "(default: 0.92)")
-    st.add_argument("--bins", type=int, default=10, help="bins of the mutual information ratio (default: 10)")
+    st.add_argument("--bins", type=int, default=None, help="levels per variable of the mutual information ratio "
+                    "(default: by sample size, at least 8 samples per cell: 3 at 240 samples, 9 at 7,600, at most 10)")
     st.add_argument("--binning", choices=("quantile", "width"), default="quantile",
                     help="equal-frequency or equal-width bins (default: quantile)")
     st.add_argument("--with-entropy", action="store_true", help="add the source's entropies to the predictor")
