@@ -200,6 +200,8 @@ def test_bad_options_are_usage_errors_before_any_model_is_loaded(tmp_path, capsy
     assert main(["variants", "rephrase", "--model", "m", "--data", str(FIXTURE_ROWS), "--out",
                  str(tmp_path / "r.jsonl"), "--n", "0"]) == 4
     assert "--n must be at least 1" in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "t.jsonl"), "--max-new-tokens", "0"]) == 4
+    assert "--max-new-tokens must be at least 1, got 0" in capsys.readouterr().err
     assert main([*base, "--out", str(tmp_path / "t.jsonl")]) == 3  # the model cannot be loaded: the harness
     assert "no-model" in capsys.readouterr().err
 

@@ -65,7 +65,7 @@ MAX_LEVELS = 10
 N_BOOT = 400
 LEVEL = 0.95
 _WINDOW_SD, _WINDOW_PAD = 8.0, 8
-_CHUNK = 1 << 22  # hypergeometric terms evaluated at once
+_CHUNK = 1 << 20  # hypergeometric terms evaluated at once
 
 
 def discretize(values: Sequence[float], n_bins: int, binning: str = "quantile") -> np.ndarray:
@@ -162,11 +162,11 @@ def _expected_cells(a: np.ndarray, b: np.ndarray, n: np.ndarray) -> np.ndarray:
     hi = np.minimum(np.minimum(a, b), np.ceil(mean + _WINDOW_SD * sd + _WINDOW_PAD)).astype(np.int64)
     out = np.empty(a.size)
     by_width = np.argsort(hi - lo, kind="stable")  # cells of similar width share a chunk
+    widths = (hi - lo)[by_width] + 1
     start = 0
-    while start < a.size:
-        width = int(hi[by_width[start]] - lo[by_width[start]]) + 1
-        stop = min(a.size, start + max(1, _CHUNK // (4 * width)))
-        width = int(hi[by_width[stop - 1]] - lo[by_width[stop - 1]]) + 1
+    while start < a.size:  # a chunk: as many cells as keep cells x their widest window under _CHUNK terms
+        stop = start + max(1, int(np.searchsorted(np.arange(1, a.size - start + 1) * widths[start:], _CHUNK, "right")))
+        width = int(widths[stop - 1])
         cells = by_width[start:stop]
         ca, cb, cn, clo, chi = (v[cells, None] for v in (a, b, n, lo, hi))
         k = clo + np.arange(width)

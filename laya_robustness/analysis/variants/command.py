@@ -64,8 +64,8 @@ def run_variants(task: str, *, model: str, data: Path, out: Path, n: int = 10, l
     Bad options and data raise ValueError / RowError before the model is loaded; a model that cannot load
     raises ModelLoadError. ``generator`` stands in for the model (tests)."""
     spec = make_task(task, n, languages)
-    for flag, value in (("--batch-size", batch_size), ("--max-new-tokens", max_new_tokens or 1)):
-        if value < 1:
+    for flag, value in (("--batch-size", batch_size), ("--max-new-tokens", max_new_tokens)):
+        if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     if rows_per_set < 0:
         raise ValueError(f"--rows-per-set must be 0 (every row) or more, got {rows_per_set}")

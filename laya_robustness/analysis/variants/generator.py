@@ -54,7 +54,7 @@ class ChatGenerator:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
         try:
             tokenizer = AutoTokenizer.from_pretrained(source)
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, weights_only=True)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, weights_only=True).to(device)
         except Exception as exc:
             raise ModelLoadError(f"cannot load language model {name_or_path!r}: {type(exc).__name__}: {exc}") from exc
         template = getattr(tokenizer, "chat_template", None)
@@ -68,7 +68,7 @@ class ChatGenerator:
                     "weights_sha256": combined_sha256(weight_hashes(local)) if local else None,
                     "chat_template_sha256": hashlib.sha256(str(template).encode()).hexdigest(),
                     "dtype": str(dtype).removeprefix("torch.")}
-        return cls(model.to(device), tokenizer, identity, device)
+        return cls(model, tokenizer, identity, device)
 
     def _chat(self, prompt: str) -> str:
         messages = [{"role": "user", "content": prompt}]
