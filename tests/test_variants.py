@@ -139,6 +139,16 @@ def test_rephrase_writes_the_file_rephrasings_reads_with_its_provenance(tmp_path
     assert one["n_kept"] == 2 and one["rejected"] == {"not_a_question": 2, "extra": 8}
 
 
+def test_a_user_file_s_provenance_must_be_an_object(tmp_path):
+    from laya_robustness.rows import RowError
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"row_id": "a", "rephrasings": ["x?"], "provenance": {"model": "m"}}\n'
+                    '{"row_id": "b", "rephrasings": ["y?"], "provenance": 3}\n')
+    with pytest.raises(RowError, match=r"r.jsonl:2: field 'provenance': expected an object, got 3"):
+        read_user_file(path, USER_KEY)
+
+
 def test_the_files_drive_the_rephrase_and_language_families(tmp_path):
     rows = {"colour_choice": [r for r in question_rows(FIXTURE_ROWS, 0, 0) if r.dataset == "colour_choice"][:6]}
     rephrasings, translations = tmp_path / "r.jsonl", tmp_path / "t.jsonl"
