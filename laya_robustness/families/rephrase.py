@@ -32,8 +32,9 @@ rephrased. No randomness: ``seed`` is unused.
 ``{"row_id": ..., "rephrasings": ["...", ...]}`` or ``{"row_id": ..., "translations": {"fr":
 "...", ...}}``, with an optional ``"dataset"`` (without it, every dataset's row of that id gets
 them) and an optional ``"provenance"`` object (how the texts were made; ``python -m laya_robustness
-variants rephrase|translate`` writes these files with a language model). Row ids that name no loaded row are skipped (the file may cover rows a sampled run leaves
-out); a bad line raises RowError naming the file, line and field.
+variants rephrase|translate`` writes these files with a language model). Row ids that name no loaded
+row are skipped (the file may cover rows a sampled run leaves out); a bad line raises RowError naming
+the file, line and field.
 
 >>> rephrasings("Is there a red circle?")
 {'show': 'Does the image show a red circle?', 'see': 'Can you see a red circle in the image?'}

@@ -43,8 +43,8 @@ from laya_robustness.analysis.variants.prompts import LATIN, language_script
 from laya_robustness.rows import Row
 
 #: Every reason a candidate can be rejected for, in the order the checks run (``extra``: beyond ``n``).
-REASONS = ("empty", "garbled", "copy", "duplicate", "leaks_answer", "leaks_option", "not_a_question", "wrong_script", "english",
-           "length", "repetitive", "extra")
+REASONS = ("empty", "garbled", "copy", "duplicate", "leaks_answer", "leaks_option", "not_a_question", "wrong_script",
+           "english", "length", "repetitive", "extra")
 REPHRASE_LENGTH = (0.5, 2.5)
 TRANSLATE_LENGTH = (0.5, 4.0)
 DENSE_SCRIPTS = {"CJK", "HIRAGANA", "KATAKANA", "HANGUL"}

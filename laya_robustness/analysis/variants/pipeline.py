@@ -146,7 +146,8 @@ def _finish(task, rows: Sequence[Row], keys: Sequence[str], done: Mapping[str, d
             reasons.update(r["reason"] for r in entry["rejects"])
     stats = {"task": task.name, "fingerprint": fingerprint, "provenance": prov, "n_rows": len(rows),
              "n_rows_with_variants": len(lines), "n_kept": n_kept, "n_rejected": sum(reasons.values()),
-             "rejected": {r: reasons[r] for r in REASONS if reasons[r]}, "rejects_file": sibling(out, "rejects.jsonl").name}
+             "rejected": {r: reasons[r] for r in REASONS if reasons[r]},
+             "rejects_file": sibling(out, "rejects.jsonl").name}
     atomic_write(out, "".join(_dumps(line) + "\n" for line in lines))
     atomic_write(sibling(out, "rejects.jsonl"), "".join(_dumps(line) + "\n" for line in rejects))
     atomic_write(sibling(out, "stats.json"), json.dumps(stats, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
