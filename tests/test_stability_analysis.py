@@ -200,7 +200,8 @@ def test_the_default_modalities_are_the_study_s_sets():
 
     modality_of = modalities()
     by_modality = {m: sorted(f for f, fm in modality_of.items() if fm == m) for m in ("visual", "phrasing", "language")}
-    assert by_modality == {"visual": ["overlay", "pad_crop", "rotation", "rotation_sweep", "scale", "scale_pad", "shift"],
+    assert by_modality == {"visual": ["overlay", "pad_crop", "rotation", "rotation_sweep", "scale", "scale_pad",
+                                      "shift"],
                            "phrasing": ["rephrase"], "language": ["language"]}
     assert modality_of["image"] is None and modality_of["text"] is None
     assert modality_of["orig"] is None and modality_of["image_shuffle"] is None

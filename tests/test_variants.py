@@ -33,7 +33,8 @@ def row(question="What colour is the square?", options=("red", "blue", "yellow",
 
 
 @pytest.mark.parametrize("text, reason", [
-    ("", "empty"), ("?!", "empty"), ("What colour is the sq\ufffdre?", "garbled"), ("What colour\x10 is it?", "garbled"),
+    ("", "empty"), ("?!", "empty"),
+    ("What colour is the sq\ufffdre?", "garbled"), ("What colour\x10 is it?", "garbled"),
     ("what colour is the SQUARE", "copy"),
     ("Which colour does the square have?", "duplicate"),
     ("Is the square red?", "leaks_answer"),
@@ -123,9 +124,11 @@ def test_rephrase_writes_the_file_rephrasings_reads_with_its_provenance(tmp_path
         ["Could you tell me: What colour is the square?", "What colour is the square, please?"],
         ["Could you tell me: Is there a red circle?", "Is there a red circle, please?"]]
     provenance = lines[0]["provenance"]
-    assert provenance == {"task": "rephrase", "generator": Scripted.identity, "prompt_sha256": prompt_sha256("rephrase"),
+    assert provenance == {"task": "rephrase", "generator": Scripted.identity,
+                          "prompt_sha256": prompt_sha256("rephrase"),
                           "settings": {"n": 5, "decoding": "greedy", "batch_size": 4, "max_new_tokens": 512}}
-    assert read_user_file(out, USER_KEY) == {("d", "d/0"): lines[0]["rephrasings"], ("d", "d/1"): lines[1]["rephrasings"]}
+    assert read_user_file(out, USER_KEY) == {("d", "d/0"): lines[0]["rephrasings"],
+                                             ("d", "d/1"): lines[1]["rephrasings"]}
     rejects = [json.loads(line) for line in sibling(out, "rejects.jsonl").read_text().splitlines()]
     assert [[r["reason"] for r in line["rejects"]] for line in rejects] == [
         ["not_a_question", "copy", "leaks_answer", "duplicate"]] * 2
@@ -216,7 +219,7 @@ def test_bad_options_are_usage_errors_before_any_model_is_loaded(tmp_path, capsy
     assert "no-model" in capsys.readouterr().err
 
 
-# -- a tiny random causal LM, end to end --------------------------------------------------------------------------------
+# -- a tiny random causal LM, end to end -------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

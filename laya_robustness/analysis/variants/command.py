@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
 from laya_robustness.analysis.variants.generator import ChatGenerator, TextGenerator
 from laya_robustness.analysis.variants.pipeline import sibling, write_variants
 from laya_robustness.analysis.variants.prompts import language_name
