@@ -277,7 +277,7 @@ def summarize(
         out[STABILITY][ANY_VISUAL] = any_cells
     if ece_floor_sims > 0:
         out["floor"] = floor_block(flat_records(records), sims=ece_floor_sims, seed=seed)
-    analysis = stability_analysis(records, modalities())
+    analysis = stability_analysis(records, modalities(), seed=seed)
     if analysis:
         out[STABILITY_ANALYSIS] = analysis
     if baseline is not None:

@@ -180,6 +180,25 @@ def test_the_users_rephrasings_and_translations_are_asked(gate):
     assert others and not any(r["variant"].startswith("user_") for r in others)
 
 
+def test_rephrase_and_language_say_how_to_make_their_file_when_they_have_nothing_to_build(gate):
+    """Questions no rule or built-in translation covers: the skip reason names the variants command and option."""
+    import dataclasses
+
+    rows = [dataclasses.replace(r, question=f"Name the hue of shape {i}.") for i, r in
+            enumerate(generate_rows("colour_choice", 24, seed=5))]
+    write_manifest(rows, gate.path / "rows")
+    result = run(gate, "--families", "rephrase,language", "-k", "colour_choice and (rephrase or language) and not gpu",
+                 "-rs")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "SKIPPED*rephrase builds no variant of any colour_choice row: no rule applies to its questions and "
+        "--rephrasings gives none; write rephrasings with a language model: python -m laya_robustness variants "
+        "rephrase --model <chat model> --data <rows> --out rephrasings.jsonl, then pass --rephrasings "
+        "rephrasings.jsonl*",
+        "SKIPPED*language builds no variant of any colour_choice row: its questions have no built-in translation*"
+        "python -m laya_robustness variants translate*--translations translations.jsonl*"], consecutive=False)
+
+
 def test_a_bad_rephrasings_file_is_a_usage_error_naming_file_line_and_field(gate):
     (gate.path / "reph.jsonl").write_text('{"row_id": "x", "rephrasings": ["ok"]}\n{"row_id": "y", "rephrasings": 3}\n')
     result = run(gate, "--families", "rephrase", "--rephrasings", "reph.jsonl")

@@ -174,9 +174,11 @@ OPTIONS = (
            f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
     Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
     Option("--rephrasings", "none", "JSONL of your own question rephrasings by row id ({row_id, rephrasings: [...]}) "
-           "the rephrase family asks besides its built-in rules, or none"),
+           "the rephrase family asks besides its built-in rules (python -m laya_robustness variants rephrase "
+           "writes one), or none"),
     Option("--translations", "none", "JSONL of your own question translations by row id ({row_id, translations: "
-           "{language: text}}) the language family asks besides its built-in ones, or none"),
+           "{language: text}}) the language family asks besides its built-in ones (python -m laya_robustness "
+           "variants translate writes one), or none"),
     Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
            "comparison with it and the regression checks (max_regression, max_flip_regression), or none"),
     Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "

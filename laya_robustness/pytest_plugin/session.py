@@ -308,7 +308,7 @@ class RobustnessSession:
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
-            pytest.skip(f"{family} builds no variant of any {dataset} row (none of its rules applies)")
+            pytest.skip(f"{family} builds no variant of any {dataset} row: {get_family(family).when_empty}")
         cell = family_cell(records, family, dataset, seed=self.seed, cache=self.cells)
         if not limits:
             pytest.skip(f"scored; the limits set none for {family} on {dataset}")
