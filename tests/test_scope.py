@@ -60,8 +60,9 @@ def _first_line_of_body(page: str) -> str:
     return page.split("<body>", 1)[1].split("\n", 1)[0]
 
 
-def test_lf_keeps_the_complete_report_and_its_report_says_what_it_covered(gate):
-    """The issue's case: a failing run of two families, then the same command with --lf."""
+def test_narrowed_runs_keep_the_complete_report_and_their_reports_say_what_they_covered(gate):
+    """The issue's case: a failing run of two families, then the same command with --lf; then -k, --deselect,
+    --sw and -x, each leaving cells unjudged. One full run serves them all (and the junit failure text)."""
     _cached(gate, FAILING_LIMITS)
     full = _gate(gate, *FAMILIES, "-k", NOT_GATE, "--junitxml", "junit.xml")
     assert full.ret == 1, full.stdout.str()
@@ -69,6 +70,7 @@ def test_lf_keeps_the_complete_report_and_its_report_says_what_it_covered(gate):
     scope = _meta(reports / "summary.json")["scope"]
     assert scope["complete"] is True and scope["cells_asked"] == 6 and scope["not_judged"] == {}
     assert scope["judged"] == {f: DATASETS for f in ("image_shuffle", "option_order", "orig")}
+    _assert_junit_failures_explained(gate.path / "junit.xml")
     good = _files(reports)
 
     lf = _gate(gate, *FAMILIES, "-k", NOT_GATE, "--lf")
@@ -89,11 +91,20 @@ def test_lf_keeps_the_complete_report_and_its_report_says_what_it_covered(gate):
     lf.stdout.fnmatch_lines(["*INCOMPLETE RUN: on cpu its tests judged 2 of 6 cells*previous run was kept*rerun "
                              "without*--lf*"])
 
+    orig_test = "robustness_tests/test_families.py::test_orig"
+    for how, narrowing in [("-k", ("-k", "test_option_order and not gpu")),
+                           ("--deselect", ("-k", NOT_GATE, "--deselect", orig_test)),
+                           ("--sw", ("-k", NOT_GATE, "--sw")), ("-x", ("-k", NOT_GATE, "-x"))]:
+        result = _gate(gate, *FAMILIES, *narrowing)
+        # a crossed limit; pytest's stepwise stops the run at its first failure as an interruption (exit 2)
+        assert result.ret == (pytest.ExitCode.INTERRUPTED if how == "--sw" else 1), (how, result.stdout.str())
+        assert _files(reports) == good, how
+        _assert_scope_leaves_cells_out(reports, how)
 
-def test_the_junit_failure_text_names_family_dataset_metric_limit_and_interval(gate):
-    _cached(gate, FAILING_LIMITS)
-    assert _gate(gate, "--families", "option_order", "-k", NOT_GATE, "--junitxml", "junit.xml").ret == 1
-    cases = {c.get("name"): c for c in ET.parse(gate.path / "junit.xml").getroot().iter("testcase")}
+
+def _assert_junit_failures_explained(junit):
+    """Each failure of the junit file names family, dataset, metric, limit and interval."""
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     failed = {name: case.find("failure") for name, case in cases.items() if case.find("failure") is not None}
     assert sorted(failed) == [f"test_option_order[{d}-cpu]" for d in DATASETS]
     for name, failure in failed.items():
@@ -105,30 +116,17 @@ def test_the_junit_failure_text_names_family_dataset_metric_limit_and_interval(g
         assert re.search(r"interval: 95% \[[-\d.e]+, [-\d.e]+\]", text), text
 
 
-@pytest.mark.parametrize("how", ["-k", "--deselect", "--sw", "-x"])
-def test_a_selection_that_leaves_cells_out_writes_beside_the_complete_report(gate, how):
-    """-k, --deselect, --sw and -x each leave cells unjudged: the complete report stays, the run's own report is
-    its incomplete twin naming what narrowed it and the cells it did not judge."""
-    _cached(gate, FAILING_LIMITS)
-    assert _gate(gate, *FAMILIES, "-k", NOT_GATE).ret == 1
-    reports = gate.path / "reports"
-    good = _files(reports)
-    narrowing = {"-k": ("-k", "test_option_order and not gpu"),
-                 "--deselect": ("-k", NOT_GATE, "--deselect", "robustness_tests/test_families.py::test_orig"),
-                 "--sw": ("-k", NOT_GATE, "--sw"), "-x": ("-k", NOT_GATE, "-x")}[how]
-    result = _gate(gate, *FAMILIES, *narrowing)
-    # a crossed limit; pytest's stepwise stops the run at its first failure as an interruption (exit 2)
-    assert result.ret == (pytest.ExitCode.INTERRUPTED if how == "--sw" else 1), result.stdout.str()
-    assert _files(reports) == good
+def _assert_scope_leaves_cells_out(reports, how):
+    """The incomplete twin names what narrowed the run (``how``) and the cells it did not judge; no check of a cell
+    the run did not judge."""
     meta = _meta(reports / "summary.incomplete.json")
     scope = meta["scope"]
-    assert meta["complete"] is False and not scope["complete"] and scope["not_judged"]
+    assert meta["complete"] is False and not scope["complete"] and scope["not_judged"], how
     assert any(n.startswith(how) for n in scope["narrowed_by"]), scope["narrowed_by"]
     judged = {(f, d) for f, sets in scope["judged"].items() for d in sets}
-    assert judged and all((f, d) not in judged for f, sets in scope["not_judged"].items() for d in sets)
+    assert judged and all((f, d) not in judged for f, sets in scope["not_judged"].items() for d in sets), how
     checks = json.loads((reports / "checks.incomplete.json").read_text())["results"]
-    checked = {(r["family"], r["dataset"]) for r in checks}
-    assert checked <= judged  # no check of a cell the run did not judge
+    assert {(r["family"], r["dataset"]) for r in checks} <= judged, how
     if how == "--deselect":
         assert "orig" not in scope["judged"] and scope["not_judged"]["orig"] == DATASETS
 
