@@ -155,6 +155,8 @@ OPTIONS = (
     Option("--limitations", "auto", "overlay of per-dataset overrides and known limitations: a file, none, or auto "
            f"({EMBEDDED_LIMITATIONS} when the embedded rows and model are gated)"),
     Option("--report-dir", "reports", "where summary.json and predictions.jsonl.gz are written"),
+    Option("--report-dir-wait", "0", "seconds to wait for another run that holds --report-dir to end before stopping "
+           "with exit 4 (0: stop at once)", _int(0)),
     Option("--temperatures", "choice=1.0,noul=1.0,score=1.0", "per-primitive temperatures for probabilities and ECE",
            parse_temperatures),
     Option("--ece-floor-sims", "0", "ECE noise-floor redraws added to summary.json's floor block (0: none)", _int(0)),
@@ -245,6 +247,7 @@ class Settings:
     thresholds: Path
     limitations: Path | None
     report_dir: Path
+    report_dir_wait: int
     temperatures: dict
     ece_floor_sims: int
     invariance_rows: int

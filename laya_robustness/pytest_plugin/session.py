@@ -38,11 +38,14 @@ from laya_robustness.run.invariance import (
     limits_section,
 )
 from laya_robustness.run.journal import JOURNAL_DIR, open_journal
+from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key, is_dual_encoder, load_source_scorer
 from laya_robustness.run.scoring import LocalExecutor, Scoring, score_journaled, scoring_chunks
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 GPU_DEVICE = "cuda"
+#: The key of the controller's run identity in an xdist worker's ``workerinput``.
+RUN_KEY = "laya_run"
 
 
 class RobustnessSession:
@@ -51,6 +54,11 @@ class RobustnessSession:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.settings = read_settings(config)
+        shared = getattr(config, "workerinput", {}).get(RUN_KEY)  # an xdist worker: its controller's run
+        self.run = RunIdentity.parse(shared) if shared else RunIdentity.this_process()
+        self._lease: Lease | None = None
+        self.lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
+        self.start_error: tuple[int, str] | None = None  # (exit status, why) when the run stopped before any work
         self._rows = None
         self._caption_rows = None
         self._thresholds = None
@@ -60,6 +68,8 @@ class RobustnessSession:
         self.records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
         self._cell_records: dict[tuple, list[Record]] = {}  # (device, family, dataset) -> its records, once scored
         self.results: list[dict] = []  # check results of this process
+        self.judged: set[tuple[str, str, str]] = set()  # (family, dataset, device) whose test reached a verdict
+        self.scopes: dict = {}  # device -> run.scope.Scope of its report, decided when the run ends
         self.harness_errors: list[str] = []
         self.summaries: dict[str, dict] = {}  # device -> summary.json, once written
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
@@ -141,6 +151,35 @@ class RobustnessSession:
         if message not in self.harness_errors:
             self.harness_errors.append(message)
         return HarnessError(message)
+
+    # -- the report folder ----------------------------------------------------------------------
+
+    def claim_report_dir(self) -> None:
+        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``laya_robustness.run.lock``),
+        renewing its lease while the process runs. Raises ``ReportDirInUse`` or ``OSError``."""
+        def say_waiting(holder) -> None:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                who = holder.describe() if holder else "a run whose lock cannot be read"
+                reporter.write_line(f"laya-robustness: {self.report_dir} is in use by another run ({who}); waiting "
+                                    f"up to {self.settings.report_dir_wait} s for it to end")
+
+        held = claim(self.report_dir, self.run, wait_s=self.settings.report_dir_wait, on_wait=say_waiting)
+        if held.waited_for is not None:
+            self.lock_notes.append(f"waited for the run that held {self.report_dir} to end "
+                                   f"({held.waited_for.describe()})")
+        if held.previous is not None:
+            self.lock_notes.append(f"took over the lock of {self.report_dir} from a run that is gone "
+                                   f"({held.previous.describe()})")
+        if self._lease is None:
+            self._lease = Lease(self.report_dir, self.run)
+
+    def release_report_dir(self) -> None:
+        """Stop renewing the lock; the run's main process (not an xdist worker) also removes it."""
+        if self._lease is not None:
+            self._lease.stop()
+        if not hasattr(self.config, "workerinput"):
+            release(self.report_dir, self.run)
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -249,7 +288,8 @@ class RobustnessSession:
                         "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
             worker = getattr(self.config, "workerinput", {}).get("workerid")
             self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, worker,
-                                               getattr(scorer, "identity", {}), settings, resume=s.resume)
+                                               getattr(scorer, "identity", {}), settings, resume=s.resume,
+                                               run=self.run.token)
         return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
@@ -308,11 +348,14 @@ class RobustnessSession:
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
+            self.judged.add((family, dataset, device))  # nothing to judge
             pytest.skip(f"{family} builds no variant of any {dataset} row: {get_family(family).when_empty}")
         cell = family_cell(records, family, dataset, seed=self.seed, cache=self.cells)
         if not limits:
+            self.judged.add((family, dataset, device))
             pytest.skip(f"scored; the limits set none for {family} on {dataset}")
         results = evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
+        self.judged.add((family, dataset, device))
         have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:

@@ -97,7 +97,20 @@ def invariance_lines(conditions: dict, verdicts: dict | None = None) -> list[str
     return render(rows)
 
 
+def scope_lines(scopes: dict) -> list[tuple[str, bool]]:
+    """``(line, complete)`` per device: what its report covers (``laya_robustness.run.scope``)."""
+    return [(f"laya-robustness covered ({device}): {scope.covered}", scope.complete)
+            for device, scope in sorted(scopes.items())]
+
+
 def write_summary(reporter, session) -> None:
+    for line, complete in scope_lines(session.scopes):
+        reporter.write_line(line, green=complete, yellow=not complete)
+    if session.start_error is not None:
+        reporter.write_line(f"ERROR (exit {session.start_error[0]}, nothing was run): {session.start_error[1]}",
+                            red=True)
+    for note in session.lock_notes:
+        reporter.write_line(f"laya-robustness: {note}")
     for error in session.harness_errors:
         reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
     if not session.records and not session.invariance_results:
@@ -129,5 +142,8 @@ def write_summary(reporter, session) -> None:
     if session.incomplete_reason:
         kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
             if session.kept_previous_report else ""
-        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; rerun with --resume to finish it",
-                            yellow=True)
+        narrowed = sorted({n for s in session.scopes.values() if not s.complete for n in s.narrowed_by
+                           if not n.startswith("--families")})
+        advice = f"rerun without {', '.join(narrowed)} to judge every cell (--resume reuses what this run scored)" \
+            if narrowed else "rerun with --resume to finish it"
+        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; {advice}", yellow=True)

@@ -66,6 +66,8 @@ table.opts td{border:0;padding:1px 6px 1px 0;font-size:12.5px}
 .bar{display:inline-block;height:9px;background:#4c72b0;vertical-align:middle}
 .gold{color:#1b5e20;font-weight:600}.answer{outline:2px solid #c62828;outline-offset:-1px}
 .answer.right{outline-color:#2e7d32}img.plot{max-width:100%;height:auto}
+.scope{margin:10px 0 0;padding:6px 10px;border-left:4px solid #2e7d32;background:#eef7ef}
+.scope.partial{border-left-color:#f0b400;background:#fff8e1}
 """
 
 
@@ -243,6 +245,13 @@ def model_name(summary: Mapping[str, Any]) -> str:
     return str(model.get("model", "?")) if isinstance(model, Mapping) else str(model or "?")
 
 
+def scope_line(summary: Mapping[str, Any]) -> str | None:
+    """What the run covered (``meta.scope.covered``, see ``laya_robustness.run.scope``); None for a report of a run
+    that did not record it."""
+    scope = (summary.get("meta") or {}).get("scope")
+    return scope.get("covered") if isinstance(scope, Mapping) else None
+
+
 def render_html(report: Report, changes: Sequence[str] = ()) -> str:
     """The whole page as a string (see the module doc); ``changes``: the baseline comparison in words."""
     meta = report.summary.get("meta") or {}
@@ -251,6 +260,9 @@ def render_html(report: Report, changes: Sequence[str] = ()) -> str:
         f"device {meta.get('device', '?')}", f"seed {meta.get('seed', '?')}",
         f"rows per set {meta.get('rows_per_set', '?')}", f"{len(meta.get('datasets') or {})} datasets") if x)
     notes = "".join(f'<p class="note">{e(n)}</p>' for n in report.notes)
+    covered, recorded = scope_line(report.summary), (report.summary.get("meta") or {}).get("scope") or {}
+    scope = "" if covered is None else (f'<p class="scope {"complete" if recorded.get("complete") else "partial"}">'
+                                        f'<b>Covered:</b> {e(covered)}</p>')
     changed = ("<h2 id=\"baseline\">Against the baseline</h2><ul>" + "".join(f"<li>{e(c)}</li>" for c in changes)
                + "</ul>") if report.baseline is not None else ""
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
@@ -260,7 +272,7 @@ def render_html(report: Report, changes: Sequence[str] = ()) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{e(title)}</title><style>{CSS}</style></head>
-<body>
+<body>{scope}
 <h1>{e(title)}</h1>
 <p class="muted">{e(facts)}</p>
 <p><b>Verdicts:</b> {e(verdict_line(report.verdicts))}</p>

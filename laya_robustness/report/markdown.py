@@ -1,7 +1,7 @@
 """Render a Report as a compact Markdown comment for a pull request: one table per block, what failed, what changed.
 
-Each block is a table with a row per family and a column per dataset; a cell holds the block's
-headline numbers (3 d.p., no intervals) and its verdict. Failures and fixed known limitations are
+Its first line says what the run covered (the scope of its meta). Each block is a table with a row per
+family and a column per dataset; a cell holds the block's headline numbers (3 d.p., no intervals) and its verdict. Failures and fixed known limitations are
 listed below with their detail; the baseline comparison (``report.compare``) follows when given.
 """
 
@@ -23,7 +23,7 @@ from laya_robustness.report.cells import (
     verdict_line,
     summary_blocks,
 )
-from laya_robustness.report.html import model_name
+from laya_robustness.report.html import model_name, scope_line
 
 
 def _mark(outcome: str) -> str:
@@ -74,6 +74,9 @@ def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
     head = (f"### Robustness gate: `{model_name(report.summary)}` (device {meta.get('device', '?')}, "
             f"seed {meta.get('seed', '?')}, rows per set {meta.get('rows_per_set', '?')})")
     parts = [head, f"**Verdicts:** {verdict_line(report.verdicts)}"]
+    covered = scope_line(report.summary)
+    if covered:
+        parts.insert(0, f"**Covered:** {covered}")
     parts += [f"> {n}" for n in report.notes]
     for block in summary_blocks(report.summary):
         parts.append(f"#### {block}\n\n{block_table(report, block)}")
