@@ -74,14 +74,15 @@ def ece_floor(
 def floor_block(records: Iterable[Mapping[str, Any]], sims: int = SIMS, seed: int = 0) -> dict:
     """``{family: {dataset: {"ece", "floor_mean", "floor_p95", "clustered_mean", "clustered_p95", "ratio"}}}``.
 
-    Per family and dataset, over the rows with a label (label -1 left out): confidence =
+    Per family and dataset, over the rows with a label and probabilities (label -1, open-answer rows and
+    a generation-only scorer's rows left out): confidence =
     max(probs), correct = [argmax == label]; ratio = ece / floor_mean (None when the floor is 0).
     The floor of a cell is keyed by (family, dataset). Floats rounded to 6 d.p.
     """
     cells: dict[tuple[str, str], list[tuple[str, str, float, bool]]] = defaultdict(list)
     for i, r in enumerate(records):
         Record.parse(r, f"record {i}")
-        if r["label"] >= 0:
+        if r["label"] >= 0 and r["probs"]:  # a generation-only scorer's rows have no confidence
             row = (r["row_id"], r["cluster"], max(r["probs"]), r["argmax"] == r["label"])
             cells[(r["family"], r["dataset"])].append(row)
     out: dict[str, dict[str, dict]] = {}
