@@ -26,6 +26,7 @@ from laya_robustness.report.cells import (
     delta_text,
     families_of,
     invariance_verdicts,
+    probability_lines,
     summary_blocks,
     value_text,
     verdict_line,
@@ -290,7 +291,8 @@ right), “gold” the label.</p>
 <p class="muted">Accuracy against confidence (max probability) in 15 equal-width bins, pooled over datasets;
 the dotted diagonal is perfect calibration, the dark line the orig rows. A control such as image_shuffle
 that stays confident while its accuracy falls shows how much of the confidence comes from the text alone.</p>
-{_plot(plots.reliability_uri, report.reliability, "reliability diagrams", "No labelled rows.")}
+{_plot(plots.reliability_uri, report.reliability, "reliability diagrams",
+       "; ".join(probability_lines(report.summary)) or "No labelled rows.")}
 <h2 id="strength">Accuracy and flip rate against perturbation strength</h2>
 <p class="muted">One panel per family and strength parameter read from the variants' meta (for example
 <code>image_op</code>); solid: accuracy, dashed: flip rate, dotted: the same groups' orig accuracy.</p>

@@ -19,6 +19,7 @@ from laya_robustness.report.cells import (
     XPASS,
     columns_of,
     families_of,
+    probability_lines,
     value_text,
     verdict_line,
     summary_blocks,
@@ -74,7 +75,7 @@ def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
     head = (f"### Robustness gate: `{model_name(report.summary)}` (device {meta.get('device', '?')}, "
             f"seed {meta.get('seed', '?')}, rows per set {meta.get('rows_per_set', '?')})")
     parts = [head, f"**Verdicts:** {verdict_line(report.verdicts)}"]
-    parts += [f"> {n}" for n in report.notes]
+    parts += [f"> {n}" for n in [*report.notes, *probability_lines(report.summary)]]
     for block in summary_blocks(report.summary):
         parts.append(f"#### {block}\n\n{block_table(report, block)}")
     problems = _problems(report)
