@@ -8,7 +8,7 @@ from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RobustnessSession
-from laya_robustness.run.errors import HarnessError
+from laya_robustness.run.errors import EXIT_HARNESS, HarnessError
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
 MARKERS = {
@@ -74,6 +74,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if session.served:
         lines.append(f"laya-robustness: {session.served_capability()}")
     return lines
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A served model's endpoint is reached once, before anything is collected: a dead one ends the run at once.
+    state = session.config.stash.get(SESSION_KEY, None)
+    if state is not None and state.served and not _is_worker(session.config):
+        unreachable = state.endpoint_unreachable()
+        if unreachable:
+            pytest.exit(f"harness error (exit 3, not a gate failure): {unreachable}", returncode=EXIT_HARNESS)
 
 
 def robustness_session(config: pytest.Config) -> RobustnessSession:

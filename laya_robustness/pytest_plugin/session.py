@@ -155,12 +155,21 @@ class RobustnessSession:
                 scorer = load_source_scorer(self.settings, model, device,
                                             dual=source == "captions" or self.model_is_dual)
             except Exception as exc:  # any failure to load is the harness's, not the gate's
-                message = f"cannot load scorer {self.settings.scorer!r} for model {model!r} on {device}: {exc}"
+                named = repr(model) if model is not None else "(the endpoint's only model)"
+                message = f"cannot load scorer {self.settings.scorer!r} for model {named} on {device}: {exc}"
                 self._load_errors[key] = (message, stops_run(exc))
                 raise self.harness_error(message, stops_run(exc)) from exc
             self._scorers[key] = scorer
             self.identities[key] = dict(getattr(scorer, "identity", {}))
         return self._scorers[key]
+
+    def endpoint_unreachable(self) -> str | None:
+        """Why a served model's endpoint cannot be reached (its scorer connects here, once), or None."""
+        try:
+            self.scorer(self.default_device)
+        except HarnessError as exc:
+            return str(exc) if exc.stops_run else None
+        return None
 
     def served_capability(self) -> str:
         """What the terminal header says of a served model: which model at which endpoint, and whether its answers

@@ -138,6 +138,13 @@ def to_label_order(row: Row, shown_logits: Sequence[float]) -> np.ndarray:
     return out
 
 
+def label_choice(row: Row, shown_index: int | None) -> int | None:
+    """An option's index in display order mapped to label order (None stays None: no option named)."""
+    if shown_index is None or row.display_order is None:
+        return shown_index
+    return row.display_order[shown_index]
+
+
 def batch_precision(precision: str, device: str) -> str:
     """``bf16`` when the batch path runs under bf16 autocast (``bf16``, or ``auto`` on CUDA), else ``fp32``."""
     return "bf16" if precision == "bf16" or (precision == "auto" and str(device).startswith("cuda")) else "fp32"

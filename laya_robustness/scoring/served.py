@@ -35,7 +35,7 @@ import numpy as np
 from laya_robustness.answers import normalize_answer
 from laya_robustness.records import NO_PROBABILITIES
 from laya_robustness.rows import LETTERS, Row, image_digest
-from laya_robustness.scoring.base import Answer, ModelLoadError, to_label_order
+from laya_robustness.scoring.base import Answer, ModelLoadError, label_choice, to_label_order
 from laya_robustness.scoring.extraction import EXTRACTION_RULES, extract
 from laya_robustness.scoring.prompt import user_text
 
@@ -65,7 +65,11 @@ class EndpointUnreachable(RuntimeError):
 
 class EndpointError(RuntimeError):
     """The endpoint answered with an error retrying cannot fix (a 4xx other than 429, a reply that is no chat
-    completion): the rows of that call cannot be scored (exit 3)."""
+    completion): the rows of that call cannot be scored (exit 3). ``status``: the HTTP status, if any."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class _Transient(Exception):
@@ -166,13 +170,7 @@ class ServedScorer:
         endpoint raises ``EndpointUnreachable`` within seconds, anything else wrong ``ModelLoadError``."""
         scorer = cls(endpoint, **kwargs)
         listed, server = scorer._models()
-        if model is None:
-            if len(listed) != 1:
-                names = ", ".join(m["id"] for m in listed) or "none"
-                raise ModelLoadError(f"--model: {scorer.endpoint}/models lists {len(listed)} models ({names}); "
-                                     "name the one to gate with --model")
-            model = listed[0]["id"]
-        scorer.model_id = model
+        scorer.model_id = model = scorer._choose(listed, model)
         entry = next((m for m in listed if m.get("id") == model), {})
         scorer.probabilities, refused = scorer._probe()
         scorer.identity = {
@@ -182,6 +180,18 @@ class ServedScorer:
             "probabilities": PROBABILITIES if scorer.probabilities else f"none: {NO_PROBABILITIES}{refused}",
         }
         return scorer
+
+    def _choose(self, listed: list[dict], model: str | None) -> str:
+        """The model to gate: ``model``, which the endpoint must list when it lists any, or the only one listed."""
+        names = ", ".join(m["id"] for m in listed) or "none"
+        if model is None:
+            if len(listed) != 1:
+                raise ModelLoadError(f"--model: {self.endpoint}/models lists {len(listed)} models ({names}); "
+                                     "name the one to gate with --model")
+            return listed[0]["id"]
+        if listed and model not in {m["id"] for m in listed}:
+            raise ModelLoadError(f"--model: {model!r} is not among the models {self.endpoint}/models lists ({names})")
+        return model
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -206,7 +216,7 @@ class ServedScorer:
             if exc.code == 429 or exc.code >= 500:
                 raise _Transient(f"HTTP {exc.code}", _retry_after(exc.headers)) from None
             detail = self._scrub(exc.read()[:400].decode("utf-8", "replace"))
-            raise EndpointError(f"{self.endpoint}{path} answered HTTP {exc.code}: {detail}") from None
+            raise EndpointError(f"{self.endpoint}{path} answered HTTP {exc.code}: {detail}", exc.code) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise _Transient(f"{type(reason).__name__}: {self._scrub(str(reason))}") from None
@@ -264,7 +274,7 @@ class ServedScorer:
             return bool(first_answer_token(self._chat(text, 1, logprobs=True))), ""
         except EndpointError as exc:
             self._chat(text, 1, logprobs=False)
-            return False, f" (the server refused logprobs: {exc})"
+            return False, f" (the server refused logprobs: HTTP {exc.status})"  # no URL: the identity keeps no port
 
     # -- answering rows -------------------------------------------------------------------------
 
@@ -294,8 +304,6 @@ class ServedScorer:
         """One row answered: the text, the option it names (label order) and, with probabilities, the logits."""
         text, reply = self._text(row, self.max_tokens)
         extraction = extract(text, row.shown_options, row.primitive)
-        order = row.display_order
-        choice = None if extraction.index is None else (order[extraction.index] if order else extraction.index)
         logits = None
         if self.probabilities:
             top = first_answer_token(reply)
@@ -303,7 +311,7 @@ class ServedScorer:
                 raise EndpointError(f"{self.endpoint}/chat/completions: row {row.row_id}: the reply has no "
                                     "top_logprobs, though the server returned them when the run started")
             logits = to_label_order(row, option_logits(top, row.shown_options, row.primitive))
-        return Answer(text, choice, extraction.rule, logits)
+        return Answer(text, label_choice(row, extraction.index), extraction.rule, logits)
 
     def _each(self, rows: Sequence[Row], work) -> list:
         if len(rows) <= 1:
