@@ -225,7 +225,8 @@ def test_a_model_the_endpoint_does_not_serve_is_named_at_once(served_model):
     from laya_robustness.scoring.base import ModelLoadError
     from laya_robustness.scoring.served import ServedScorer
 
-    with pytest.raises(ModelLoadError, match="--model: 'gpt-9' is not among the models .* laya_fixtures/tiny-smolvlm"):
+    listed = r"--model: 'gpt-9' is not among the models .*\(laya_fixtures/tiny-smolvlm\)"
+    with pytest.raises(ModelLoadError, match=listed):
         ServedScorer.connect(served_model.url, "gpt-9")
 
 
@@ -236,3 +237,22 @@ def test_the_default_families_on_24_rows_per_set_run_through_the_server(served_m
                       "-k", "not benchmark", "--report-dir", str(tmp_path / "reports"))
     assert result.returncode in (0, 1), result.stdout[-4000:]
     assert len(records(tmp_path / "reports")) > 7000
+
+
+def test_the_stability_study_takes_a_served_model_as_the_target(uninterrupted, tmp_path):
+    """A (the embedded model in-process) and B (the same checkpoint served, answers only) on the same rows: the
+    study's cross-model tables run, and nothing in them needs B's probabilities."""
+    open_model = run_gate("--rows-per-set", "1", "-k", "not (invariance or benchmark or snapshot)",
+                          "--report-dir", str(tmp_path / "open"))  # the same rows: every default family
+    assert open_model.returncode in (0, 1), open_model.stdout[-3000:]
+    command = [sys.executable, "-m", "laya_robustness", "stability", str(tmp_path / "open" / "predictions.jsonl.gz"),
+               str(uninterrupted[2] / "predictions.jsonl.gz"), "--names", "open,served", "--json",
+               str(tmp_path / "study.json")]
+    study = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert study.returncode == 0, study.stderr[-3000:]
+    result = json.loads((tmp_path / "study.json").read_text())
+    assert set(result["models"]) == {"open", "served"} and "cross_model" in result
+    predictors = [p for cell in result["cross_model"]["datasets"].values() for p in cell["predictors"]]
+    served_target = [p for p in predictors if p["source"] == "open" and p["target"] == "served"]
+    assert served_target and all(p["n_samples"] > 0 for p in served_target)
+    assert all(p["result"] is None or p["result"]["confidence"] is None for p in served_target)
