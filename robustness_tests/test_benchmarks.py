@@ -2,7 +2,8 @@
 
 `pytest robustness_tests --benchmark-only` runs just these. Device work is synchronised inside the
 timed function. A served model (``--scorer openai``) has no batch or predict path: its benchmark is the
-requests per second of its rows at ``--concurrency`` (``test_served_throughput``). Each scorer benchmark starts every round from empty caches (a fresh copy of the
+requests per second of its rows at ``--concurrency`` (``test_served_throughput``). Each scorer benchmark
+starts every round from empty caches (a fresh copy of the
 scorer, made outside the timing), so it pays image preprocessing and vision encodes as a run does,
 and records rows/s, the scorer's counters and the ratio to the per-option path in its extra_info.
 The SmolVLM-256M-shaped workload is marked ``slow``. The attention-mask benchmark times the one-pass

@@ -85,7 +85,8 @@ def agreement(endpoint: str | None, rows_per_set: int, predictions: Path | None 
             differ.append({"row_id": row.row_id, "family": row.family, "served": a.text, "in_process": text})
     same_text = sum(a.text == t for a, t in zip(served, local))
     return {"rows": len(rows), "same_option": len(rows) - len(differ), "share": 1 - len(differ) / len(rows),
-            "same_text": same_text, "same_text_stripped": sum(a.text.strip() == t.strip() for a, t in zip(served, local)),
+            "same_text": same_text,
+            "same_text_stripped": sum(a.text.strip() == t.strip() for a, t in zip(served, local)),
             "served_extraction": dict(Counter(a.extraction for a in served)), "differ": differ[:50],
             "differ_by_family": dict(Counter(d["family"] for d in differ)), "served_s": served_s,
             "in_process_generate_s": local_s}

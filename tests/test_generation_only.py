@@ -130,7 +130,8 @@ def test_unparsed_counts_wrong_and_is_its_own_answer_for_flips(fixture_rows):
 
 
 def test_max_ece_is_not_applicable_with_the_reason_never_passed_silently(fixture_rows):
-    cell = summarize(_served_records(fixture_rows), n_boot=20, n_boot_ece=10)["families"]["option_order"]["colour_choice"]
+    summary = summarize(_served_records(fixture_rows), n_boot=20, n_boot_ece=10)
+    cell = summary["families"]["option_order"]["colour_choice"]
     results = evaluate_cell("option_order", "colour_choice", cell, {"max_ece": 0.2})
     assert [(r.decision, r.value) for r in results] == [(NOT_APPLICABLE, None)]
     assert "ECE needs probabilities, " + NO_PROBABILITIES in results[0].detail

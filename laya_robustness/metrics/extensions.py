@@ -34,7 +34,8 @@ injection_cell (inject_text, inject_image: acc and delta_acc over the family, th
 
 Every mean is over rows (each group has at most one row per variant) and None when it has
 no row; a probability- or logit-based mean (p_max, P_yes, logit_diff_shift, delta_p_target) is over the rows that
-have them, so it is None for a generation-only scorer (a served model without probabilities); n_rows counts a cell's (or variant's) rows. The caller passes the cell's records in the
+have them, so it is None for a generation-only scorer (a served model without probabilities); n_rows counts a
+cell's (or variant's) rows. The caller passes the cell's records in the
 summary's canonical order and ``orig``, the orig record of every group (metrics.accuracy.orig_by_group).
 
 >>> orig = dict(row_id="d/1", group_id="d/1", cluster="c", dataset="d", family="orig", variant="orig",

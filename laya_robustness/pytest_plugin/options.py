@@ -284,7 +284,7 @@ class Settings:
     """Every option of a gate run, parsed and validated (paths resolved against the rootdir)."""
 
     model_name: str  # as the user gave it: recorded in meta and the snapshot name
-    model: str | None  # the resolved local directory, the hub id, or a served model's id (None: the endpoint's only one)
+    model: str | None  # the local directory, the hub id, or a served model's id (None: the endpoint's only one)
     data: Path
     rows_per_set: int
     seed: int

@@ -146,7 +146,8 @@ def format_table(summary: Mapping[str, Any]) -> str:
     if summary.get(FLAT):
         parts.append("Accuracy [95% CI], paired delta vs orig, flip rate\n" + _accuracy_table(summary))
         unavailable = probability_lines(summary)
-        parts.append("\n".join(unavailable) if unavailable else "ECE by family (point estimates)\n" + _ece_table(summary))
+        parts.append("\n".join(unavailable) if unavailable else
+                     "ECE by family (point estimates)\n" + _ece_table(summary))
     if summary.get("injection"):
         parts.append("Injection: accuracy and attack success rate (ASR)\n" + format_injection_table(summary))
     if summary.get("floor"):
