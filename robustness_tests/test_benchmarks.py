@@ -1,7 +1,9 @@
 """Throughput of the scorer paths and of the variant builders (pytest-benchmark; run without xdist).
 
 `pytest robustness_tests --benchmark-only` runs just these. Device work is synchronised inside the
-timed function. Each scorer benchmark starts every round from empty caches (a fresh copy of the
+timed function. A served model (``--scorer openai``) has no batch or predict path: its benchmark is the
+requests per second of its rows at ``--concurrency`` (``test_served_throughput``). Each scorer benchmark
+starts every round from empty caches (a fresh copy of the
 scorer, made outside the timing), so it pays image preprocessing and vision encodes as a run does,
 and records rows/s, the scorer's counters and the ratio to the per-option path in its extra_info.
 The SmolVLM-256M-shaped workload is marked ``slow``. The attention-mask benchmark times the one-pass
@@ -14,6 +16,7 @@ import pytest
 
 from laya_robustness.families import FLAT, build_variants, families_in
 from laya_robustness.scoring import layout
+from laya_robustness.scoring.base import answers_in_text
 
 FLAT_FAMILIES = tuple(f.name for f in families_in(FLAT) if f.name != "orig")
 
@@ -89,7 +92,26 @@ def _measure(benchmark, scorer, rows, path, device, rounds):
 @pytest.mark.parametrize("path", PATHS)
 def test_scorer_throughput(benchmark, robustness, device, path):
     """rows/s of the one-pass batch path, the per-option batch path and predict with / without the prefix cache."""
-    _measure(benchmark, robustness.scorer(device), _rows(robustness), path, device, rounds=3)
+    scorer = robustness.scorer(device)
+    if answers_in_text(scorer):
+        pytest.skip("a served model has no batch or predict path: test_served_throughput measures its requests")
+    _measure(benchmark, scorer, _rows(robustness), path, device, rounds=3)
+
+
+def test_served_throughput(benchmark, robustness, device):
+    """Requests per second of a served model at --concurrency: the scorer benchmarks' rows, one request each."""
+    scorer = robustness.scorer(device)
+    if not answers_in_text(scorer):
+        pytest.skip("the model is not served (--scorer openai): test_scorer_throughput measures its paths")
+    rows = _rows(robustness)
+    before = dict(scorer.stats)
+    out = benchmark.pedantic(scorer.answers, args=(rows,), rounds=3, iterations=1)
+    assert len(out) == len(rows) and all(a.text is not None for a in out)
+    if benchmark.stats:
+        requests = scorer.stats["requests"] - before["requests"]
+        benchmark.extra_info.update(rows=len(rows), concurrency=scorer.concurrency, requests=requests,
+                                    retries=scorer.stats["retries"] - before["retries"],
+                                    requests_per_s=round(len(rows) / benchmark.stats.stats.mean, 2))
 
 
 @pytest.mark.slow

@@ -222,7 +222,13 @@ def test_a_model_that_cannot_load_is_a_harness_error_not_a_gate_failure(gate):
     (("--families", "optoin_order"), "--families: unknown family 'optoin_order'; did you mean option_order?"),
     (("--device", "gpu0"), "--device: 'gpu0' is not cpu, cuda, cuda:<n> or mps"),
     (("--scoring-path", "fast"), "--scoring-path: 'fast' is not one of batch, predict"),
-    (("--scorer", "not a plugin"), "--scorer: 'not a plugin' is neither 'hf' nor 'module:function'"),
+    (("--scorer", "not a plugin"), "--scorer: 'not a plugin' is neither 'hf', 'openai' nor 'module:function'"),
+    (("--scorer", "openai"), "--endpoint: --scorer openai needs the server's base URL"),
+    (("--endpoint", "ftp://127.0.0.1/v1"), "--endpoint: 'ftp://127.0.0.1/v1' is not an http(s)://host"),
+    (("--endpoint", "http://user:secret@127.0.0.1:8000/v1"), "--endpoint: the URL holds credentials"),
+    (("--api-key-env", "my key"), "--api-key-env: 'my key' is not the name of an environment variable"),
+    (("--concurrency", "0"), "--concurrency: 0 is below 1"),
+    (("--request-timeout", "0"), "--request-timeout: 0 is not a number of seconds > 0"),
 ])
 def test_a_bad_option_is_a_usage_error_naming_it(gate, args, words):
     result = run(gate, *args)

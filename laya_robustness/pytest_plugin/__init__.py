@@ -68,14 +68,27 @@ def pytest_configure(config: pytest.Config) -> None:
         session.kept_freed_memory = keep_freed_memory()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
-        return ""
+        return []
     if session.kept_freed_memory:
-        return "laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"
-    why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
-    return f"laya-robustness: malloc left as it is ({why})"
+        lines = ["laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"]
+    else:
+        why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
+        lines = [f"laya-robustness: malloc left as it is ({why})"]
+    if session.served:
+        lines.append(f"laya-robustness: {session.served_capability()}")
+    return lines
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A served model's endpoint is reached once, before anything is collected: a dead one ends the run at once.
+    state = session.config.stash.get(SESSION_KEY, None)
+    if state is not None and state.served and not _is_worker(session.config):
+        unreachable = state.endpoint_unreachable()
+        if unreachable:
+            pytest.exit(f"harness error (exit 3, not a gate failure): {unreachable}", returncode=EXIT_HARNESS)
 
 
 def robustness_session(config: pytest.Config) -> RobustnessSession:
@@ -102,7 +115,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "caption_set" in metafunc.fixturenames:
         sets = session.caption_sets_for_collection()
         if not sets:
-            reason = ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
+            reason = session.served_without_dual("this family") if session.served and session.dual_model is None \
+                else ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
                       "--model, or --dual-model)")
             sets = [pytest.param("none", marks=pytest.mark.skip(reason=reason))]
         metafunc.parametrize("caption_set", sets)
@@ -152,6 +166,8 @@ def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is None:
         return
+    if robustness_session(item.config).served and "robustness" in getattr(item, "fixturenames", ()):
+        pytest.skip("a served model runs on its server's devices: its gate runs once, in the tests not marked gpu")
     import torch
 
     if not torch.cuda.is_available():
@@ -170,6 +186,8 @@ def pytest_runtest_call(item: pytest.Item):
     try:
         return (yield)
     except HarnessError as exc:
+        if exc.stops_run:  # nothing more can be scored (an unreachable endpoint): stop after this test
+            item.session.shouldfail = f"the run stopped: {exc}"
         pytest.fail(f"harness error (not a gate failure): {exc}", pytrace=False)
 
 

@@ -15,7 +15,9 @@ from laya_robustness.report.cells import (
     cell_rows,
     cell_verdicts,
     columns_of,
+    delta_text,
     invariance_verdicts,
+    probability_lines,
     summary_blocks,
     text_rows,
     verdict_line,
@@ -64,7 +66,7 @@ def table_lines(summary: dict, results: list[dict], device: str, known, width: i
     lines: list[str] = []
     for block in summary_blocks(summary):
         lines += [f"[{block}]", *block_lines(summary, verdicts, block, width), ""]
-    return lines + [f"verdicts: {verdict_line(verdicts)}"]
+    return lines + probability_lines(summary) + [f"verdicts: {verdict_line(verdicts)}"]
 
 
 def _verdicts(results: list[dict], device: str, known) -> dict:
@@ -91,7 +93,7 @@ def invariance_lines(conditions: dict, verdicts: dict | None = None) -> list[str
     rows = [["condition", "precision", "max |dp|", "max |dlogit|", "flips / rows", "bitwise", "checks"]]
     for name, st in sorted(conditions.items()):
         v = verdicts.get(name, NO_CHECK)
-        rows.append([name, st["precision"], f"{st['max_abs_dp']:.1e}", f"{st['max_abs_dlogit']:.1e}",
+        rows.append([name, st["precision"], delta_text(st["max_abs_dp"]), delta_text(st["max_abs_dlogit"]),
                      f"{st['flips']} / {st['rows']}", "yes" if st["bitwise"] else "no",
                      "-" if v.outcome == UNCHECKED else v.short()])
     return render(rows)

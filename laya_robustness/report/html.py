@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from laya_robustness.answers import answer_of, is_correct, is_scored
 from laya_robustness.families import FLAT, find_family
-from laya_robustness.records import OPEN
+from laya_robustness.records import OPEN, UNPARSED
 from laya_robustness.report import plots
 from laya_robustness.report.build import Report
 from laya_robustness.report.cells import (
@@ -23,8 +23,10 @@ from laya_robustness.report.cells import (
     CellVerdict,
     cell_rows,
     columns_of,
+    delta_text,
     families_of,
     invariance_verdicts,
+    probability_lines,
     summary_blocks,
     value_text,
     verdict_line,
@@ -142,17 +144,22 @@ def _cell_tables(report: Report) -> str:
 
 
 def _options(row, record: Mapping[str, Any]) -> str:
-    """The options as the model saw them, with each option's probability; gold and answer marked."""
+    """The options as the model saw them, with each option's probability (where the scorer has them); gold and
+    answer marked; a served model's generated text below them (``unparsed`` when it names no option)."""
     order = row.display_order if row.display_order is not None else range(len(row.options))
     lines = []
     for shown, i in enumerate(order):
-        p = record["probs"][i]
         classes = []
         if i == record["argmax"]:
             classes.append("answer right" if i == record["label"] else "answer")
         gold = ' <span class="gold">gold</span>' if i == record["label"] else ""
+        p = record["probs"][i] if record["probs"] else None
+        bar = "-" if p is None else f'<span class="bar" style="width:{round(60 * p)}px"></span> {p:.3f}'
         lines.append(f'<tr class="{" ".join(classes)}"><td>{LETTERS[shown % 26]}.</td><td>{e(row.options[i])}</td>'
-                     f'<td><span class="bar" style="width:{round(60 * p)}px"></span> {p:.3f}</td><td>{gold}</td></tr>')
+                     f'<td>{bar}</td><td>{gold}</td></tr>')
+    if "raw_answer" in record:
+        unparsed = " (unparsed)" if record.get("extraction") == UNPARSED else ""
+        lines.append(f'<tr><td>text</td><td colspan="3">{e(repr(record["raw_answer"]))}{unparsed}</td></tr>')
     return f'<table class="opts">{"".join(lines)}</table>'
 
 
@@ -212,7 +219,7 @@ def _invariance(report: Report) -> str:
         v = verdicts.get(name, CellVerdict(UNCHECKED))
         body.append(f'<tr class="{e(v.outcome)}"><td>{e(name)}</td><td>{e(st.get("precision", "-"))}</td>'
                     f'<td>{e(st.get("rows", "-"))}</td><td>{e(st.get("flips", "-"))}</td>'
-                    f'<td>{st.get("max_abs_dp", 0):.1e}</td><td>{st.get("max_abs_dlogit", 0):.1e}</td>'
+                    f'<td>{delta_text(st.get("max_abs_dp", 0))}</td><td>{delta_text(st.get("max_abs_dlogit", 0))}</td>'
                     f'<td>{"yes" if st.get("bitwise") else "no"}</td>{_verdict_cell(v)}</tr>')
     return ("<table><thead><tr><th>condition</th><th>precision</th><th>rows</th><th>flips</th><th>max |dp|</th>"
             f"<th>max |dlogit|</th><th>bitwise</th><th>checks</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
@@ -296,7 +303,8 @@ right), “gold” the label.</p>
 <p class="muted">Accuracy against confidence (max probability) in 15 equal-width bins, pooled over datasets;
 the dotted diagonal is perfect calibration, the dark line the orig rows. A control such as image_shuffle
 that stays confident while its accuracy falls shows how much of the confidence comes from the text alone.</p>
-{_plot(plots.reliability_uri, report.reliability, "reliability diagrams", "No labelled rows.")}
+{_plot(plots.reliability_uri, report.reliability, "reliability diagrams",
+       "; ".join(probability_lines(report.summary)) or "No labelled rows.")}
 <h2 id="strength">Accuracy and flip rate against perturbation strength</h2>
 <p class="muted">One panel per family and strength parameter read from the variants' meta (for example
 <code>image_op</code>); solid: accuracy, dashed: flip rate, dotted: the same groups' orig accuracy.</p>

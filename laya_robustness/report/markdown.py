@@ -19,6 +19,7 @@ from laya_robustness.report.cells import (
     XPASS,
     columns_of,
     families_of,
+    probability_lines,
     value_text,
     verdict_line,
     summary_blocks,
@@ -77,7 +78,7 @@ def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
     covered = scope_line(report.summary)
     if covered:
         parts.insert(0, f"**Covered:** {covered}")
-    parts += [f"> {n}" for n in report.notes]
+    parts += [f"> {n}" for n in [*report.notes, *probability_lines(report.summary)]]
     for block in summary_blocks(report.summary):
         parts.append(f"#### {block}\n\n{block_table(report, block)}")
     problems = _problems(report)
