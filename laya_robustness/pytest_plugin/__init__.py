@@ -62,14 +62,19 @@ def pytest_configure(config: pytest.Config) -> None:
         session.kept_freed_memory = keep_freed_memory()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
-        return ""
+        return []
+    from laya_robustness.pytest_plugin.terminal import prefix_sharing_line
+
     if session.kept_freed_memory:
-        return "laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"
-    why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
-    return f"laya-robustness: malloc left as it is ({why})"
+        lines = ["laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"]
+    else:
+        why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
+        lines = [f"laya-robustness: malloc left as it is ({why})"]
+    sharing = prefix_sharing_line(session.settings)
+    return lines + ([sharing] if sharing else [])
 
 
 def robustness_session(config: pytest.Config) -> RobustnessSession:
