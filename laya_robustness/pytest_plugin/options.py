@@ -166,7 +166,7 @@ OPTIONS = (
     Option("--pixel-cache-mb", "1024", "MiB of preprocessed pixels the hf scorer keeps (a 13-tile SmolVLM photo: "
            "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
     Option("--prefix-cache-mb", "1024", "MiB of prompt-prefix keys and values the hf scorer keeps on the device, so an "
-           "image's prefix runs once for all its rows and families (a 17-tile SmolVLM-256M photo: 48 MiB in fp32); "
+           "image's prefix runs once for all its rows and families (a 17-tile SmolVLM-256M photo: 50 MiB in fp32); "
            "0 turns prefix sharing off", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "

@@ -20,7 +20,7 @@ from typing import Any, Hashable
 DEFAULT_FEATURE_CACHE_BYTES = 1 << 30
 DEFAULT_PIXEL_CACHE_BYTES = 1 << 30
 #: Shared prompt prefixes' keys and values: 45 KiB a token for SmolVLM-256M in fp32 (30 layers x 2 x 3 KV heads x 64),
-#: about 48 MiB for a 17-tile photo's 1,100-token prefix.
+#: about 50 MiB for a 17-tile photo's 1,130-token prefix.
 DEFAULT_PREFIX_CACHE_BYTES = 1 << 30
 
 
