@@ -35,7 +35,8 @@ STATUS=0
 for mode in shared unshared; do
   mb=1024; [ $mode = unshared ] && mb=0
   "$PY" -m laya_robustness.fixtures.bench run "$MODEL" --device "$DEVICE" --path batch --rows "$PHOTOS" \
-    --image-size "$PHOTO" --families "$FAMILIES" --prefix-cache-mb $mb --out "$OUT/bench-$mode.json" > /dev/null || STATUS=3
+    --image-size "$PHOTO" --families "$FAMILIES" --prefix-cache-mb $mb --out "$OUT/bench-$mode.json" > /dev/null \
+    || STATUS=3
   # random weights fail the family limits (exit 1); 3 or more is a broken harness
   PYTHONPATH=scripts "$PY" -m pytest robustness_tests -p forward_time -p no:cacheprovider -q -m "$MARK" \
     -k "not (invariance or benchmark or snapshot or baseline)" --model "$MODEL" --data "$WORK/photos" \
