@@ -545,8 +545,37 @@ def test_the_cache_bounds_reach_the_hf_scorer(gate):
 def test_bounds(robustness):
     scorer = robustness.scorer("cpu")
     assert scorer._feature_store.max_bytes == 3 << 20 and scorer._pixels.max_bytes == 5 << 20
+    assert scorer._prefixes.max_bytes == 7 << 20
 """)
     result = gate.runpytest("test_bounds.py", "--thresholds", "limits.toml", "--scorer", "hf",
                             "--model", str(ROOT / "laya_fixtures" / "tiny-smolvlm"),
-                            "--feature-cache-mb", "3", "--pixel-cache-mb", "5")
+                            "--feature-cache-mb", "3", "--pixel-cache-mb", "5", "--prefix-cache-mb", "7")
     result.assert_outcomes(passed=1)
+
+
+def test_the_header_and_summary_say_how_prompt_prefixes_are_shared_and_what_it_saved(gate):
+    model = str(ROOT / "laya_fixtures" / "tiny-smolvlm")
+    result = gate.runpytest("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml",
+                            "--scorer", "hf", "--model", model, "--families", "option_order",
+                            "-k", "option_order and cpu and not baseline")
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    result.stdout.fnmatch_lines(["laya-robustness: prompt prefix sharing (idefics3): kv-cache: the prompt through "
+                                 "its last image token runs once per image*"])
+    (line,) = [x for x in result.stdout.lines if x.startswith("language model (cpu): ")]
+    computed, rows, alone = (int(n.replace(",", "")) for n in re.findall(r"([\d,]+) (?:tokens|rows;|had)", line))
+    assert rows > 48 and 0 < computed < alone, line  # the orig rows and their option_order variants
+    off = gate.runpytest("robustness_tests", "--import-mode=importlib", "--co", "--scorer", "hf", "--model", model,
+                         "--prefix-cache-mb", "0")
+    off.stdout.fnmatch_lines(["laya-robustness: prompt prefix sharing (idefics3): none: --prefix-cache-mb 0"])
+
+
+def test_the_header_names_the_prefix_lm_that_shares_no_prefix(tmp_path):
+    from types import SimpleNamespace
+
+    from laya_robustness.pytest_plugin.terminal import prefix_sharing_line
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "paligemma"}))
+    settings = SimpleNamespace(scorer="hf", model=str(tmp_path), prefix_cache_mb=1024)
+    assert prefix_sharing_line(settings).startswith("laya-robustness: prompt prefix sharing (paligemma): none: the "
+                                                    "prompt attends bidirectionally (a prefix-LM)")
+    assert prefix_sharing_line(SimpleNamespace(scorer="fakes:oracle", model=str(tmp_path), prefix_cache_mb=1)) is None

@@ -72,6 +72,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return []
+    from laya_robustness.pytest_plugin.terminal import prefix_sharing_line
+
     if session.kept_freed_memory:
         lines = ["laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"]
     else:
@@ -79,7 +81,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines = [f"laya-robustness: malloc left as it is ({why})"]
     if session.served:
         lines.append(f"laya-robustness: {session.served_capability()}")
-    return lines
+    sharing = prefix_sharing_line(session.settings)
+    return lines + ([sharing] if sharing else [])
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -207,6 +207,9 @@ OPTIONS = (
            "encoded once for every family (a 13-tile SmolVLM-256M photo: 1.9 MiB); raise it for many images", _int(0)),
     Option("--pixel-cache-mb", "1024", "MiB of preprocessed pixels the hf scorer keeps (a 13-tile SmolVLM photo: "
            "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
+    Option("--prefix-cache-mb", "1024", "MiB of prompt-prefix keys and values the hf scorer keeps on the device, so an "
+           "image's prefix runs once for all its rows and families (a 17-tile SmolVLM-256M photo: 50 MiB in fp32); "
+           "0 turns prefix sharing off", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "
            "its peak memory); no: leave malloc as it is", parse_switch),
@@ -312,6 +315,7 @@ class Settings:
     attn_implementation: str
     feature_cache_mb: int
     pixel_cache_mb: int
+    prefix_cache_mb: int
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None

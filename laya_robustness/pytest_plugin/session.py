@@ -76,6 +76,7 @@ class RobustnessSession:
         self.harness_errors: list[str] = []
         self.summaries: dict[str, dict] = {}  # device -> summary.json, once written
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
+        self.worker_stats: dict[str, dict] = {}  # identity key -> the xdist workers' scorer counters, summed
         self.usage_error: pytest.UsageError | None = None
         self._invariance: dict[str, InvarianceRun] = {}
         self._journals: dict[str, object] = {}
@@ -172,6 +173,14 @@ class RobustnessSession:
             self._scorers[key] = scorer
             self.identities[key] = dict(getattr(scorer, "identity", {}))
         return self._scorers[key]
+
+    def scorer_stats(self) -> dict[str, dict]:
+        """The counters (``stats``) of this process's scorers by identity key, plus what the xdist workers sent."""
+        out = {key: dict(counts) for key, counts in self.worker_stats.items()}
+        for key, scorer in self._scorers.items():
+            for name, value in getattr(scorer, "stats", {}).items():
+                out.setdefault(key, {})[name] = out.get(key, {}).get(name, 0) + value
+        return out
 
     def endpoint_unreachable(self) -> str | None:
         """Why a served model's endpoint cannot be reached (its scorer connects here, once), or None."""

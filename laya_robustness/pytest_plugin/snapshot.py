@@ -87,6 +87,8 @@ def snapshot_view(session, device: str) -> dict:
     summary = session.full_summary(device)
     identity = dict(session.identities.get(device, {}))
     identity.pop("model", None)
+    # how prompt prefixes are shared moves logits within float rounding only (shared_prefix_vs_alone holds it)
+    identity.pop("prefix_sharing", None)
     dual = dict(session.identities.get(identity_key(device, "captions"), {}))
     if dual:
         identity["dual"] = {k: v for k, v in dual.items() if k != "model"}

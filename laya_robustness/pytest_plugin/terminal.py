@@ -1,4 +1,5 @@
-"""The terminal summary: per summary block, one row per (family, dataset) with its headline numbers and checks.
+"""The terminal header and summary: per summary block, one row per (family, dataset) with its headline numbers
+and checks, and the language-model tokens the scorers computed.
 
 Every block of the summary appears (the flat table and every extension block), its columns and
 families derived from the declarations (``laya_robustness.report.cells``). Tables fit in ``WIDTH``
@@ -22,6 +23,8 @@ from laya_robustness.report.cells import (
     text_rows,
     verdict_line,
 )
+from laya_robustness.run.models import model_type
+from laya_robustness.scoring.adapters import adapter_class
 
 WIDTH = 120
 
@@ -103,6 +106,27 @@ def scope_lines(scopes: dict) -> list[tuple[str, bool]]:
     """``(line, complete)`` per device: what its report covers (``laya_robustness.run.scope``)."""
     return [(f"laya-robustness covered ({device}): {scope.covered}", scope.complete)
             for device, scope in sorted(scopes.items())]
+def prefix_sharing_line(settings) -> str | None:
+    """How the hf scorer will share the model's image prefixes (read from its config before it loads), or None for
+    a plug-in scorer or an architecture without an adapter."""
+    kind = model_type(settings.model) if settings.scorer == "hf" else None
+    adapter = adapter_class(kind) if kind else None
+    if adapter is None:
+        return None
+    how = adapter.prefix_sharing() if settings.prefix_cache_mb else "none: --prefix-cache-mb 0"
+    return f"laya-robustness: prompt prefix sharing ({kind}): {how}"
+
+
+def token_lines(stats: dict[str, dict]) -> list[str]:
+    """Per scorer that counts them: the language-model tokens it computed and those it would have computed had each
+    row run its whole prompt and options."""
+    lines = []
+    for key, st in sorted(stats.items()):
+        computed, alone = st.get("tokens", 0), st.get("tokens_alone", 0)
+        if computed and alone:
+            lines.append(f"language model ({key}): {computed:,} tokens computed for {st.get('rows', 0):,} rows; "
+                         f"{alone:,} had each row run its whole prompt ({alone / computed:.2f}x)")
+    return lines
 
 
 def write_summary(reporter, session) -> None:
@@ -126,6 +150,8 @@ def write_summary(reporter, session) -> None:
         reporter.write_sep("=", f"robustness gate ({device}): headline [95% CI] per family and dataset, checks")
         for line in table_lines(summary, session.results, device, known):
             reporter.write_line(line)
+    for line in token_lines(session.scorer_stats()):
+        reporter.write_line(line)
     power = power_lines(session.results)
     if power:
         reporter.write_sep("-", "too few rows to tell a 5-point change from none at the gate's error rate")

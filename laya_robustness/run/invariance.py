@@ -2,7 +2,9 @@
 
 Each condition is compared with its own path's reference (the batch path with each row
 alone, or predict with one question per call and the prefix cache); ``one_pass_vs_per_option``
-holds the batch path's one pass over all options of a row to one sequence per option. For
+holds the batch path's one pass over all options of a row to one sequence per option, and
+``shared_prefix_vs_alone`` its shared prompt prefixes (an image's prefix run once for all the rows
+about it) to each row alone over its whole prompt. For
 every row it records |dp| (calibrated probabilities), |dlogit|, the argmax before and after
 and the margin (top probability minus the runner-up) before and after.
 
@@ -60,6 +62,9 @@ CONDITIONS = (
     Condition("one_pass_vs_per_option", "batch",
               "all options of a row in one sequence (block option attention) vs one sequence per option, "
               "each row alone"),
+    Condition("shared_prefix_vs_alone", "batch",
+              "the rows in one call with a neighbour about the same image each, every image's prompt prefix run "
+              "once (or read from the prefix store), vs each row alone over its whole prompt"),
 )
 CONDITION_NAMES = tuple(c.name for c in CONDITIONS)
 #: The thresholds section whose limits apply to any condition that ran in bf16 (a flip budget).
@@ -106,6 +111,14 @@ def hostile_rows(rows: Sequence[Row]) -> list[Row]:
         dataclasses.replace(base, row_id="hostile/text_only", images=()),
         dataclasses.replace(eight, row_id="hostile/eight_options", options=options, display_order=None),
     ]
+
+
+def prefix_neighbours(rows: Sequence[Row]) -> list[Row]:
+    """For each row with images, another question about the same images (reworded, options reversed): rows that
+    share its prompt prefix."""
+    return [dataclasses.replace(r, row_id=f"{r.row_id}/prefix_neighbour", question=f"Look again. {r.question}",
+                                display_order=tuple(reversed(r.display_order or range(len(r.options)))))
+            for r in rows if r.images]
 
 
 def _margin(probs: np.ndarray) -> float:
@@ -212,6 +225,15 @@ class InvarianceRun:
             raise ConditionNotSupported(f"{type(self.scorer).__name__} has no score_batch_per_option")
         return self._once("per_option", lambda: [per_option([r])[0] for r in self.rows])
 
+    def shared_prefixes(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(each row alone over its whole prompt, the rows scored with their prefix neighbours in one call)."""
+        unshared = getattr(self.scorer, "score_batch_unshared", None)
+        if unshared is None or not getattr(self.scorer, "shares_prefixes", False):
+            how = getattr(self.scorer, "identity", {}).get("prefix_sharing", "no score_batch_unshared")
+            raise ConditionNotSupported(f"{type(self.scorer).__name__} shares no prompt prefixes ({how})")
+        alone = self._once("unshared", lambda: [unshared([r])[0] for r in self.rows])
+        return alone, self.scorer.score_batch(self.rows + prefix_neighbours(self.rows))[:len(self.rows)]
+
     def bf16_pair(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The batch path alone under bf16 autocast: fp32 weights, then bf16 weights.
 
@@ -260,6 +282,8 @@ class InvarianceRun:
             return self.predict_one(), self.alone()
         if name == "one_pass_vs_per_option":
             return self.per_option(), self.alone()
+        if name == "shared_prefix_vs_alone":
+            return self.shared_prefixes()
         raise KeyError(f"unknown invariance condition {name!r} (known: {', '.join(CONDITION_NAMES)})")
 
     def precision(self, name: str) -> str:

@@ -56,4 +56,5 @@ def load_source_scorer(settings, model: str, device: str, dual: bool):
               "timeout_s": s.request_timeout}
     return load_scorer(s.scorer, model, device=device, precision=s.precision, batch_size=s.batch_size,
                        attn_implementation=s.attn_implementation, feature_cache_bytes=s.feature_cache_mb << 20,
-                       pixel_cache_bytes=s.pixel_cache_mb << 20, served=served)
+                       pixel_cache_bytes=s.pixel_cache_mb << 20, prefix_cache_bytes=s.prefix_cache_mb << 20,
+                       served=served)

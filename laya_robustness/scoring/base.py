@@ -93,9 +93,13 @@ def answers_in_text(scorer: object) -> bool:
 #: ``stats`` (dict of counters: ``rows``, ``forwards``, ``vision_encodes``, ...), ``generate(rows,
 #: max_new_tokens=16) -> list[str]`` (greedy answer text after the same prompt), ``layer_states(rows)
 #: -> list[np.ndarray]`` ((n_layers + 1, hidden) fp32 at the last prompt position: the hook for
-#: layerwise divergence analyses) and ``score_batch_per_option(rows)`` (the batch path with every
-#: option in its own sequence: the reference of the ``one_pass_vs_per_option`` invariance condition).
-OPTIONAL_CAPABILITIES = ("stats", "generate", "layer_states", "score_batch_per_option")
+#: layerwise divergence analyses), ``score_batch_per_option(rows)`` (the batch path with every
+#: option in its own sequence: the reference of the ``one_pass_vs_per_option`` invariance condition)
+#: and ``shares_prefixes`` with ``score_batch_unshared(rows)`` (whether rows about one image share their
+#: prompt prefix, and the batch path with every row over its whole prompt: the reference of
+#: ``shared_prefix_vs_alone``).
+OPTIONAL_CAPABILITIES = ("stats", "generate", "layer_states", "score_batch_per_option", "shares_prefixes",
+                         "score_batch_unshared")
 
 
 def check_scorer(scorer: object, source: str) -> object:

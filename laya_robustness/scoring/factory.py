@@ -6,7 +6,11 @@ from __future__ import annotations
 import importlib
 
 from laya_robustness.scoring.base import ScorerContractError, check_scorer
-from laya_robustness.scoring.cache import DEFAULT_FEATURE_CACHE_BYTES, DEFAULT_PIXEL_CACHE_BYTES
+from laya_robustness.scoring.cache import (
+    DEFAULT_FEATURE_CACHE_BYTES,
+    DEFAULT_PIXEL_CACHE_BYTES,
+    DEFAULT_PREFIX_CACHE_BYTES,
+)
 
 #: The ``--scorer`` of a model behind an OpenAI-compatible chat endpoint (``scoring.served``).
 SERVED_SCORER = "openai"
@@ -15,7 +19,8 @@ SERVED_SCORER = "openai"
 def load_scorer(spec: str, model: str | None, *, device: str = "cpu", precision: str = "auto", batch_size: int = 16,
                 attn_implementation: str = "eager", trust_remote_code: bool = False,
                 feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
-                pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES, served: dict | None = None):
+                pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES,
+                prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, served: dict | None = None):
     """``hf``: a Hugging Face image-text-to-text model; ``openai``: ``model`` (None: the endpoint's only model)
     behind the OpenAI-compatible endpoint of ``served`` (``ServedScorer.connect``'s keywords: ``endpoint``,
     ``api_key_env``, ``concurrency``, ``timeout_s``); ``module:function``: a plug-in factory.
@@ -24,7 +29,7 @@ def load_scorer(spec: str, model: str | None, *, device: str = "cpu", precision:
     attn_implementation=...)`` and must return what ``laya_robustness.scoring.base.Scorer``
     declares (checked here: ``ScorerContractError`` otherwise). Loading failures are
     ``ModelLoadError`` (``UnsupportedArchitecture`` for an architecture without an adapter). The cache
-    bounds apply to ``hf`` (``HFVLMScorer``'s vision-feature and pixel stores).
+    bounds apply to ``hf`` (``HFVLMScorer``'s vision-feature, pixel and prompt-prefix stores).
     """
     if spec == "hf":
         from laya_robustness.scoring.hf import HFVLMScorer
@@ -33,7 +38,8 @@ def load_scorer(spec: str, model: str | None, *, device: str = "cpu", precision:
                                            attn_implementation=attn_implementation,
                                            trust_remote_code=trust_remote_code,
                                            feature_cache_bytes=feature_cache_bytes,
-                                           pixel_cache_bytes=pixel_cache_bytes)
+                                           pixel_cache_bytes=pixel_cache_bytes,
+                                           prefix_cache_bytes=prefix_cache_bytes)
     if spec == SERVED_SCORER:
         from laya_robustness.scoring.served import ServedScorer
 
