@@ -158,6 +158,7 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 declare(Family(
     name=FAMILY, row_wise=True, build=build, kind="invariance", modality="phrasing", variants=tuple(name for name, _ in RULES),
+    reads_pixels=False,
     checks=("max_flip", "max_drop", "min_acc", "max_ece"),
     summary="prefix, suffix, double spaces, first-letter case, end punctuation, yes/no reframings, option case, "
             "option period",
