@@ -165,6 +165,9 @@ OPTIONS = (
            "encoded once for every family (a 13-tile SmolVLM-256M photo: 1.9 MiB); raise it for many images", _int(0)),
     Option("--pixel-cache-mb", "1024", "MiB of preprocessed pixels the hf scorer keeps (a 13-tile SmolVLM photo: "
            "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
+    Option("--image-cache-mb", "64", "MiB of decoded images the run keeps between uses (source images, and a "
+           "family's variant images until their chunk is scored: 72 photos of 640 x 480); what does not fit is "
+           "decoded or rebuilt again when a chunk of rows needs it, so memory does not grow with the rows", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "
            "its peak memory); no: leave malloc as it is", parse_switch),
@@ -250,6 +253,7 @@ class Settings:
     attn_implementation: str
     feature_cache_mb: int
     pixel_cache_mb: int
+    image_cache_mb: int
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None

@@ -215,6 +215,20 @@ class HFVLMScorer:
         other._reset_caches()
         return other
 
+    def forget_images(self, digests) -> None:
+        """Let go of the pixels, prompt layouts and prompts kept of these images (content keys); the run calls it
+        with the variant images of a scored chunk, which no later row asks for. Their features stay (bounded by
+        the feature cache): an image encoded again in another vision batch could differ in its last bits."""
+        gone = set(digests)
+        if not gone:
+            return
+        for store in (self._pixels, self._layouts):
+            for key in store.keys():
+                if gone.intersection(key):
+                    store.discard(key)
+        for key in [k for k in self._prompts if any(gone.intersection(group) for group in k[1])]:
+            del self._prompts[key]
+
     # -- precision ------------------------------------------------------------------------------
 
     def batch_precision(self) -> str:
