@@ -137,3 +137,19 @@ def test_a_family_that_reads_pixels_and_is_not_row_wise_is_built_decoded(photos,
     variants = family_variants("grey_all", waiting, seed=0, store=store)
     assert [v.row_id for v in variants] == [f"{r.group_id}|grey_all|grey" for r in waiting]
     assert all(isinstance(im, Image.Image) and im.mode == "L" for v in variants for im in v.images)
+
+
+def test_the_hf_scorer_forgets_a_scored_chunks_images_and_scores_them_the_same_again(embedded_scorer, photos):
+    """``forget_images`` lets go of the pixels, layouts and prompts kept of the named images (the run calls it on
+    a scored chunk's variants) and of nothing else; scoring them again gives the same logits."""
+    scorer = embedded_scorer.replaced()  # empty caches of its own
+    rows = load_source_rows(photos, 0, seed=0)["photos"][:3]
+    before = scorer.score_predict(rows)
+    keys = lambda: [scorer._pixels.keys(), scorer._layouts.keys(), list(scorer._prompts)]  # noqa: E731
+    held = keys()
+    assert all(len(store) == 3 for store in held)
+    scorer.forget_images([image_digest(rows[0].images[0])])
+    assert [len(store) for store in keys()] == [2, 2, 2] and [s[1:] for s in held] == keys()
+    again = scorer.score_predict(rows)
+    assert all(np.array_equal(a, b) for a, b in zip(before, again))
+    assert scorer.stats["image_preprocess"] == 4  # only the forgotten image was prepared again
