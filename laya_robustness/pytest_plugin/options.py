@@ -167,7 +167,8 @@ OPTIONS = (
            "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
     Option("--image-cache-mb", "64", "MiB of decoded images the run keeps between uses (source images, and a "
            "family's variant images until their chunk is scored: 72 photos of 640 x 480); what does not fit is "
-           "decoded or rebuilt again when a chunk of rows needs it, so memory does not grow with the rows", _int(0)),
+           "decoded or rebuilt again when a chunk of rows needs it, so the decoded images held do not grow with "
+           "the rows", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "
            "its peak memory); no: leave malloc as it is", parse_switch),
