@@ -106,3 +106,32 @@ class CountingScorer(OracleScorer):
 
 def counting(model, **kwargs):
     return CountingScorer(model)
+
+
+class ImageCensusScorer(OracleScorer):
+    """Counts, at every batch, the decoded PIL images alive in the whole process (``gc``) and their bytes, and
+    writes the largest counts seen to the JSON file named by LAYA_CENSUS_FILE: what a run holds decoded while
+    it scores, whoever holds it."""
+
+    def __init__(self, model, **kwargs):
+        super().__init__(model, **kwargs)
+        self.most = {"images": 0, "bytes": 0, "batches": 0}
+
+    def score_batch(self, rows):
+        import gc
+        import json
+        import os
+
+        from PIL import Image
+
+        alive = [o for o in gc.get_objects() if issubclass(type(o), Image.Image)]
+        self.most["images"] = max(self.most["images"], len(alive))
+        self.most["bytes"] = max(self.most["bytes"], sum(o.width * o.height * len(o.getbands()) for o in alive))
+        self.most["batches"] += 1
+        with open(os.environ["LAYA_CENSUS_FILE"], "w") as fh:
+            json.dump(self.most, fh)
+        return super().score_batch(rows)
+
+
+def image_census(model, **kwargs):
+    return ImageCensusScorer(model)

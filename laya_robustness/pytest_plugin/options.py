@@ -210,6 +210,10 @@ OPTIONS = (
     Option("--prefix-cache-mb", "1024", "MiB of prompt-prefix keys and values the hf scorer keeps on the device, so an "
            "image's prefix runs once for all its rows and families (a 17-tile SmolVLM-256M photo: 50 MiB in fp32); "
            "0 turns prefix sharing off", _int(0)),
+    Option("--image-cache-mb", "64", "MiB of decoded images the run keeps between uses (source images, and a "
+           "family's variant images until their chunk is scored: 72 photos of 640 x 480); what does not fit is "
+           "decoded or rebuilt again when a chunk of rows needs it, so the decoded images held do not grow with "
+           "the rows", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "
            "its peak memory); no: leave malloc as it is", parse_switch),
@@ -316,6 +320,7 @@ class Settings:
     feature_cache_mb: int
     pixel_cache_mb: int
     prefix_cache_mb: int
+    image_cache_mb: int
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None

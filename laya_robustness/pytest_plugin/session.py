@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from laya_robustness.embedded import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL
-from laya_robustness.families import build_variants, get_family
+from laya_robustness.families import get_family
 from laya_robustness.gate.judgement import Judgement, evaluate_cell, evaluate_invariance
 from laya_robustness.gate.limits import regression_limits, run_limits
 from laya_robustness.gate.thresholds import ThresholdsError
@@ -28,6 +28,7 @@ from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.records import ORIG, Record
 from laya_robustness.rows import RowError
 from laya_robustness.run.errors import HarnessError, stops_run
+from laya_robustness.run.images import ImageStore, rows_with_pixels
 from laya_robustness.run.inputs import InputSpec, caption_rows, source_rows, with_user_variants
 from laya_robustness.run.invariance import (
     DUAL_CONDITIONS,
@@ -42,6 +43,7 @@ from laya_robustness.run.journal import JOURNAL_DIR, open_journal
 from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key, is_dual_encoder, load_source_scorer
 from laya_robustness.run.scoring import Scoring, executor_for, score_journaled, scoring_chunks
+from laya_robustness.run.variants import family_variants, let_go
 from laya_robustness.scoring.base import answers_in_text
 from laya_robustness.scoring.factory import SERVED_SCORER
 from laya_robustness.summary import CellCache, family_cell, summarize
@@ -62,7 +64,8 @@ class RobustnessSession:
         self._lease: Lease | None = None
         self.lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
         self.start_error: tuple[int, str] | None = None  # (exit status, why) when the run stopped before any work
-        self._rows = None
+        self._rows = None  # dataset -> source rows, their images waiting in self.images
+        self.images = ImageStore(self.settings.image_cache_mb << 20)  # the decoded images kept between uses
         self._caption_rows = None
         self._thresholds = None
         self._scorers: dict[str, object] = {}
@@ -250,11 +253,12 @@ class RobustnessSession:
 
     @property
     def rows(self) -> dict:
-        """Sampled source rows by dataset; a bad data file is a usage error naming file, line and field."""
+        """Sampled source rows by dataset, their images waiting in ``images`` (``rows_with_pixels`` gives them
+        their pixels); a bad data file is a usage error naming file, line and field."""
         if self._rows is None:
             spec = self.inputs
             try:
-                rows = source_rows(spec)
+                rows = source_rows(spec, self.images)
             except (RowError, FileNotFoundError) as exc:
                 raise pytest.UsageError(f"--data: {exc}") from exc
             try:
@@ -331,9 +335,10 @@ class RobustnessSession:
         return get_family(family).source
 
     def family_rows(self, family: str, dataset: str):
-        """The rows ``family`` scores on one dataset (the source rows for orig)."""
+        """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
+        family allows (``run.variants``)."""
         source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
-        return build_variants(family, source[dataset], self.settings.seed)
+        return family_variants(family, source[dataset], self.settings.seed, self.images)
 
     def journal(self, device: str, source: str):
         """The journal this process appends ``source`` records of ``device`` to (``laya_robustness.run.journal``)."""
@@ -363,12 +368,14 @@ class RobustnessSession:
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
                                 per_row=answers_in_text(scorer))
         try:
-            cell = score_journaled(executor_for(scoring), journal, rows, chunks, progress.update)
+            cell = score_journaled(executor_for(scoring), journal, rows, chunks, progress.update,
+                                   lambda scored: let_go(scored, self.images, scorer))
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise self.harness_error(f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} "
                                      f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
         finally:
             progress.close()
+            let_go(rows, self.images, scorer)
         store = self.records.setdefault(device, {})
         for rec in cell:
             store[rec.row_id] = rec
@@ -446,7 +453,7 @@ class RobustnessSession:
         if key not in self._invariance:
             n = self.settings.invariance_rows
             rows_by_dataset = self.caption_rows if source == "captions" else self.rows
-            rows = [r for name in rows_by_dataset for r in rows_by_dataset[name][:n]]
+            rows = rows_with_pixels([r for name in rows_by_dataset for r in rows_by_dataset[name][:n]])
             if not rows:
                 what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
                 pytest.skip(f"no {what} to score {condition} on")
