@@ -8,7 +8,7 @@ from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RobustnessSession
-from laya_robustness.run.errors import HarnessError
+from laya_robustness.run.errors import EXIT_HARNESS, HarnessError
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
 MARKERS = {
@@ -82,6 +82,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # embedded default) before pytest's own unconfigure runs its garbage collections; freed here by
     # reference counting it costs a fraction of what the interpreter's shutdown would spend on it.
     if SESSION_KEY in config.stash:
+        config.stash[SESSION_KEY].close_executors()
         del config.stash[SESSION_KEY]
 
 
@@ -114,12 +115,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = robustness_session(config)
     if session.usage_error is not None or any("robustness" in getattr(i, "fixturenames", ()) for i in items):
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
+        _connect_cluster(session)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
 
 
+def _connect_cluster(session: RobustnessSession) -> None:
+    """--executor ray: connect before any test runs; an unreachable cluster ends the run at once (exit 3)."""
+    try:
+        session.connect_cluster()
+    except HarnessError as exc:
+        session.harness_error(str(exc))
+        pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is None:
+        return
+    session = robustness_session(item.config)
+    if session.cluster is not None:  # --executor ray: the actors' GPUs count, not this machine's
+        if not session.cluster.resources().get("GPU"):
+            pytest.skip(f"the Ray cluster at {session.settings.ray_address} has no GPU: gpu-marked tests need one")
         return
     import torch
 
