@@ -284,11 +284,12 @@ class Settings:
 
 
 def check_executor(config: pytest.Config, values: dict) -> None:
-    """--executor ray needs Ray and no xdist; the --ray-* options need --executor ray (each a usage error)."""
+    """--executor ray needs Ray and no xdist; a --ray-* option on the command line needs --executor ray (each a
+    usage error; set in the ini file, they wait for a run that uses Ray)."""
     if values["executor"] == "local":
-        for flag in ("--ray-address", "--ray-actors"):
-            if get(config, flag) != next(o for o in OPTIONS if o.flag == flag).default:
-                raise pytest.UsageError(f"{flag}: only --executor ray uses it (the executor is local)")
+        for opt in OPTIONS:
+            if opt.flag.startswith("--ray-") and config.getoption(opt.dest) is not None:
+                raise pytest.UsageError(f"{opt.flag}: only --executor ray uses it (the executor is local)")
         return
     if not ray_installed():
         raise pytest.UsageError(f"--executor ray: Ray is not installed; {INSTALL_HINT}")

@@ -188,7 +188,8 @@ class RobustnessSession:
         """Start the Ray actors of ``device``: each can load the question model and the dual encoder."""
         from functools import partial
 
-        from laya_robustness.run.executors.ray_pool import RayActorPool, actor_device, load_scoring
+        from laya_robustness.run.executors.ray_actor import actor_device, load_scoring
+        from laya_robustness.run.executors.ray_pool import RayActorPool
 
         self.connect_cluster()
         s, on = self.settings, actor_device(device)

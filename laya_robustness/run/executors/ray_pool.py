@@ -22,9 +22,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.errors import HarnessError
-from laya_robustness.run.invariance import InvarianceRun
-from laya_robustness.run.meta import device_name
-from laya_robustness.run.models import load_source_scorer
+from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.scoring import Scoring
 
 #: Shards in flight per actor.
@@ -33,41 +31,6 @@ PIPELINE = 2
 MAX_ATTEMPTS = 3
 #: Waiting shards per actor a free actor chooses among.
 LOOKAHEAD = 8
-
-
-class ScoringActor:
-    """The body of one actor: the ``Scoring`` of each row source (``loads[source]()``), each loaded once on
-    first use, and their invariance runs."""
-
-    def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str):
-        self.loads, self.device = dict(loads), device
-        self.scorings: dict[str, Scoring] = {}
-        self._invariance: dict[str, InvarianceRun] = {}
-
-    def _scoring(self, source: str) -> Scoring:
-        if source not in self.scorings:
-            self.scorings[source] = self.loads[source]()
-        return self.scorings[source]
-
-    def prepare(self, sources: Sequence[str]) -> dict:
-        """Load the scorers of ``sources``; say the node (IP address, host name) and device this actor runs on
-        and each scorer's identity."""
-        import socket
-
-        import ray
-
-        identities = {source: dict(getattr(self._scoring(source).scorer, "identity", {})) for source in sources}
-        return {"node": ray.util.get_node_ip_address(), "host": socket.gethostname(),
-                "device_name": device_name(self.device), "identities": identities}
-
-    def records(self, source: str, rows: Sequence[Row]) -> list[Record]:
-        return self._scoring(source).records(rows)
-
-    def invariance(self, source: str, condition: str, rows: Sequence[Row], batch_size: int, temperatures) -> dict:
-        """One invariance condition's stats on this actor's ``source`` scorer (each reference computed once)."""
-        if source not in self._invariance:
-            self._invariance[source] = InvarianceRun(self._scoring(source).scorer, rows, batch_size, temperatures)
-        return self._invariance[source].run(condition)
 
 
 @dataclass
@@ -91,16 +54,6 @@ class Shard:
 
     def __post_init__(self):
         self.clusters = Counter(r.cluster for r in self.rows)
-
-
-def actor_device(device: str) -> str:
-    """The device an actor loads on: ``cuda`` for any CUDA device (Ray gives each actor its own GPU as cuda:0)."""
-    return "cuda" if device.startswith("cuda") else device
-
-
-def load_scoring(settings, model: str, device: str, dual: bool) -> Scoring:
-    """The run's ``Scoring`` on an actor: its scorer (``load_source_scorer``), path and temperatures."""
-    return Scoring(load_source_scorer(settings, model, device, dual), settings.scoring_path, settings.temperatures)
 
 
 def _cause(exc: Exception) -> BaseException:
@@ -222,9 +175,10 @@ class RayActorPool:
                     raise _cause(exc) from None
                 slot.in_flight -= 1
                 yield shard.index, result
-        finally:
-            for ref in running:
-                ray.cancel(ref)
+        finally:  # stopped early: the shards still queued are not scored (an actor that is loading goes on)
+            for ref, (_, _, shard) in running.items():
+                if shard is not None:
+                    ray.cancel(ref)
 
     def _dispatch(self, waiting: list[Shard], running: dict) -> None:
         """Hand waiting shards to the ready actors with room, the least busy first; watch loading actors."""
