@@ -115,7 +115,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = robustness_session(config)
     if session.usage_error is not None or any("robustness" in getattr(i, "fixturenames", ()) for i in items):
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
-        _connect_cluster(session)
+        if not config.option.collectonly:
+            _connect_cluster(session)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
 
