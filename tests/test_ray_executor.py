@@ -238,6 +238,13 @@ def test_an_unreachable_cluster_is_exit_3_within_seconds_naming_the_address(proj
     assert not (project / "unreachable").exists()
 
 
+def test_more_actors_than_the_cluster_has_cpus_is_exit_3_naming_them(project, ray_head):
+    status, out = gate_run(project, *FAKE_RUN, "--report-dir", "too-many", "--executor", "ray", "--ray-address",
+                           ray_head, "--ray-actors", "3", job=job_env())
+    assert status == 3, out
+    assert f"--ray-actors 3: the Ray cluster at {ray_head} has 2 CPUs and each actor takes one" in out
+
+
 @pytest.mark.parametrize("args, words", [
     (("--executor", "ray", "-n", "2"), "--executor ray: the Ray actors spread the scoring; it cannot run with xdist"),
     (("--executor", "ray", "--ray-actors", "0"), "--ray-actors: 0 is below 1"),

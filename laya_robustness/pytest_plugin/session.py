@@ -197,18 +197,8 @@ class RobustnessSession:
         if self.dual_model is not None:
             loads["captions"] = partial(load_scoring, s, self.dual_model, on, True)
         gpus = device.startswith("cuda")
-        return RayActorPool(loads, on, self._n_actors(gpus), gpus, f"the Ray actors at {s.ray_address}")
-
-    def _n_actors(self, gpus: bool) -> int:
-        """--ray-actors, or one per GPU of the cluster (for a cuda device) else 2; more actors than the cluster
-        has GPUs (or CPUs) is a harness error naming them (they would wait for them forever)."""
-        have = int(self.cluster.resources().get("GPU" if gpus else "CPU", 0))
-        wanted = self.settings.ray_actors or (have if gpus else 2)
-        if not 1 <= wanted <= have:
-            kind = "GPUs" if gpus else "CPUs"
-            raise HarnessError(f"--ray-actors {wanted}: the Ray cluster at {self.settings.ray_address} has {have} "
-                               f"{kind} and each actor takes one")
-        return wanted
+        return RayActorPool(loads, on, self.cluster.actor_count(s.ray_actors, gpus), gpus,
+                            f"the Ray actors at {s.ray_address}")
 
     def executor_meta(self, device: str) -> dict | None:
         """Where the scoring of ``device`` ran, for the reports' meta: None when in this process (the executor

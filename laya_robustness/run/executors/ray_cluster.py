@@ -21,6 +21,8 @@ LOCAL, AUTO = "local", "auto"
 CLIENT_PREFIX = "ray://"
 #: How long the head's port may take to accept a connection before the cluster counts as unreachable.
 CONNECT_TIMEOUT_S = 5.0
+#: Actors of a CPU device when ``--ray-actors`` is auto.
+DEFAULT_CPU_ACTORS = 2
 INSTALL_HINT = "pip install 'laya-robustness[cluster]' (or pip install 'ray>=2.60')"
 
 
@@ -86,6 +88,18 @@ class Cluster:
         import ray
 
         return dict(ray.cluster_resources())
+
+    def actor_count(self, wanted: int | None, gpus: bool) -> int:
+        """``wanted`` actors (``--ray-actors``), or by default one per GPU of the cluster (``gpus``) else
+        ``DEFAULT_CPU_ACTORS``; more than the cluster has GPUs (or CPUs) raises HarnessError naming them, since
+        each actor takes one and the extra ones would wait for theirs forever."""
+        kind = "GPU" if gpus else "CPU"
+        have = int(self.resources().get(kind, 0))
+        count = wanted or (have if gpus else DEFAULT_CPU_ACTORS)
+        if not 1 <= count <= have:
+            raise HarnessError(f"--ray-actors {count}: the Ray cluster at {self.address} has {have} {kind}s and "
+                               "each actor takes one")
+        return count
 
     def close(self) -> None:
         """Disconnect (a ``local`` cluster stops with it); a connection made before the run is left open."""
