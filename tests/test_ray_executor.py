@@ -22,6 +22,8 @@ from fakes import slow_scoring  # noqa: E402
 from test_plugin import PASSING_LIMITS, make_gate  # noqa: E402  (the gate project of the plugin tests)
 
 from laya_robustness.fixtures.rows import generate_rows, write_manifest  # noqa: E402
+from laya_robustness.run.errors import HarnessError  # noqa: E402
+from laya_robustness.run.executors.ray_cluster import Cluster  # noqa: E402
 from laya_robustness.run.executors.ray_pool import RayActorPool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,13 +240,6 @@ def test_an_unreachable_cluster_is_exit_3_within_seconds_naming_the_address(proj
     assert not (project / "unreachable").exists()
 
 
-def test_more_actors_than_the_cluster_has_cpus_is_exit_3_naming_them(project, ray_head):
-    status, out = gate_run(project, *FAKE_RUN, "--report-dir", "too-many", "--executor", "ray", "--ray-address",
-                           ray_head, "--ray-actors", "3", job=job_env())
-    assert status == 3, out
-    assert f"--ray-actors 3: the Ray cluster at {ray_head} has 2 CPUs and each actor takes one" in out
-
-
 @pytest.mark.parametrize("args, words", [
     (("--executor", "ray", "-n", "2"), "--executor ray: the Ray actors spread the scoring; it cannot run with xdist"),
     (("--executor", "ray", "--ray-actors", "0"), "--ray-actors: 0 is below 1"),
@@ -296,3 +291,14 @@ def test_two_actors_score_a_device_bound_model_in_at_most_0_6_of_one_actors_time
     two = _scoring_seconds(shards, 2, 0.025)
     assert one >= 2.4
     assert two <= 0.6 * one, (one, two)
+
+
+def test_the_cluster_says_how_many_actors_it_takes(connected, ray_head):
+    """By default 2 on CPUs; as many as asked up to its CPUs (GPUs); more is a harness error (exit 3) naming them,
+    since the extra actors would wait for theirs forever."""
+    cluster = Cluster(ray_head, owned=False)
+    assert cluster.actor_count(None, gpus=False) == 2 and cluster.actor_count(1, gpus=False) == 1
+    with pytest.raises(HarnessError, match=f"--ray-actors 3: the Ray cluster at {ray_head} has 2 CPUs and each"):
+        cluster.actor_count(3, gpus=False)
+    with pytest.raises(HarnessError, match="--ray-actors auto: the Ray cluster at .* has 0 GPUs"):
+        cluster.actor_count(None, gpus=True)

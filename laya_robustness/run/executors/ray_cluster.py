@@ -97,8 +97,8 @@ class Cluster:
         have = int(self.resources().get(kind, 0))
         count = wanted or (have if gpus else DEFAULT_CPU_ACTORS)
         if not 1 <= count <= have:
-            raise HarnessError(f"--ray-actors {count}: the Ray cluster at {self.address} has {have} {kind}s and "
-                               "each actor takes one")
+            raise HarnessError(f"--ray-actors {wanted or 'auto'}: the Ray cluster at {self.address} has {have} "
+                               f"{kind}s and each actor takes one")
         return count
 
     def close(self) -> None:
