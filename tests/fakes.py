@@ -135,3 +135,41 @@ class ImageCensusScorer(OracleScorer):
 
 def image_census(model, **kwargs):
     return ImageCensusScorer(model)
+
+
+class SlowScorer(OracleScorer):
+    """A device-bound model in miniature: every row costs ``LAYA_SLOW_PER_ROW`` seconds (a fixed sleep); where
+    ``LAYA_PID_DIR`` is set, the process that loads it leaves an empty file named by its pid there; where
+    ``LAYA_COUNT_FILE`` is set, each call appends its number of rows to it."""
+
+    def __init__(self, model, **kwargs):
+        import os
+
+        super().__init__(model, **kwargs)
+        self.per_row = float(os.environ.get("LAYA_SLOW_PER_ROW", "0"))
+        if os.environ.get("LAYA_PID_DIR"):
+            open(os.path.join(os.environ["LAYA_PID_DIR"], str(os.getpid())), "w").close()
+
+    def score_batch(self, rows):
+        import os
+        import time
+
+        time.sleep(self.per_row * len(rows))
+        if os.environ.get("LAYA_COUNT_FILE"):
+            with open(os.environ["LAYA_COUNT_FILE"], "a") as fh:
+                fh.write(f"{len(rows)}\n")
+        return super().score_batch(rows)
+
+
+def slow(model, **kwargs):
+    return SlowScorer(model)
+
+
+def slow_scoring(per_row: float):
+    """The ``Scoring`` of a ``SlowScorer`` whose rows cost ``per_row`` seconds each (for an executor's actors)."""
+    import os
+
+    from laya_robustness.run.scoring import Scoring
+
+    os.environ["LAYA_SLOW_PER_ROW"] = str(per_row)
+    return Scoring(SlowScorer("slow-model"))
