@@ -140,7 +140,8 @@ def image_census(model, **kwargs):
 class SlowScorer(OracleScorer):
     """A device-bound model in miniature: every row costs ``LAYA_SLOW_PER_ROW`` seconds (a fixed sleep); where
     ``LAYA_PID_DIR`` is set, the process that loads it leaves an empty file named by its pid there; where
-    ``LAYA_COUNT_FILE`` is set, each call appends its number of rows to it."""
+    ``LAYA_COUNT_FILE`` is set, each call appends its number of rows to it; where ``LAYA_CALLS_FILE`` is set,
+    each call appends ``pid start end`` (wall-clock seconds) to it."""
 
     def __init__(self, model, **kwargs):
         import os
@@ -154,7 +155,11 @@ class SlowScorer(OracleScorer):
         import os
         import time
 
+        start = time.time()
         time.sleep(self.per_row * len(rows))
+        if os.environ.get("LAYA_CALLS_FILE"):
+            with open(os.environ["LAYA_CALLS_FILE"], "a") as fh:
+                fh.write(f"{os.getpid()} {start} {time.time()}\n")
         if os.environ.get("LAYA_COUNT_FILE"):
             with open(os.environ["LAYA_COUNT_FILE"], "a") as fh:
                 fh.write(f"{len(rows)}\n")
@@ -165,11 +170,14 @@ def slow(model, **kwargs):
     return SlowScorer(model)
 
 
-def slow_scoring(per_row: float):
-    """The ``Scoring`` of a ``SlowScorer`` whose rows cost ``per_row`` seconds each (for an executor's actors)."""
+def slow_scoring(per_row: float, calls_file: str = ""):
+    """The ``Scoring`` of a ``SlowScorer`` whose rows cost ``per_row`` seconds each (for an executor's actors),
+    each call written to ``calls_file`` when one is named."""
     import os
 
     from laya_robustness.run.scoring import Scoring
 
     os.environ["LAYA_SLOW_PER_ROW"] = str(per_row)
+    if calls_file:
+        os.environ["LAYA_CALLS_FILE"] = calls_file
     return Scoring(SlowScorer("slow-model"))

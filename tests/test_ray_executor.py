@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from functools import partial
 from pathlib import Path
 
@@ -170,12 +171,14 @@ def _records(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def _journaled(path: Path) -> list[str]:
-    """The keys of the complete lines of a journal file (none while it does not exist)."""
-    if not path.exists():
+def _journaled(journal: Path) -> list[str]:
+    """The keys of the complete lines of the run's CPU journal file in ``journal`` (none while there is none)."""
+    files = sorted(journal.glob("cpu.*.jsonl"))
+    if not files:
         return []
+    assert len(files) == 1, files  # one process writes it: the front end
     keys = []
-    for line in path.read_text().splitlines():
+    for line in files[0].read_text().splitlines():
         try:
             keys.append(json.loads(line)["key"])
         except json.JSONDecodeError:
@@ -198,15 +201,15 @@ def test_an_actor_killed_mid_run_loses_no_record_and_duplicates_none(project, lo
                          str(journal), "--executor", "ray", "--ray-address", ray_head, "--baseline",
                          str(local / "predictions.jsonl.gz"),
                          job=job_env(LAYA_SLOW_PER_ROW="0.02", LAYA_PID_DIR=str(pids)))
-    _wait_for(lambda: len(list(pids.iterdir())) == 2 and _journaled(journal / "cpu.jsonl"), process)
+    _wait_for(lambda: len(list(pids.iterdir())) == 2 and _journaled(journal), process)
     os.kill(int(min(p.name for p in pids.iterdir())), signal.SIGKILL)
     out, _ = process.communicate(timeout=300)
     assert process.returncode == 0, out
     assert len(list(pids.iterdir())) == 3  # the replacement loaded the scorer once more
     assert (project / "killed-actor" / "predictions.jsonl.gz").read_bytes() == \
         (local / "predictions.jsonl.gz").read_bytes()
-    keys = _journaled(journal / "cpu.jsonl")
-    assert len((journal / "cpu.jsonl").read_text().splitlines()) == len(keys)
+    keys = _journaled(journal)
+    assert sum(len(f.read_text().splitlines()) for f in journal.glob("cpu.*.jsonl")) == len(keys)
     assert len(keys) == len(set(keys)) == len(_records(local / "predictions.jsonl.gz"))
     meta = json.loads((project / "killed-actor" / "summary.json").read_text())["meta"]
     assert meta["executor"]["replaced_actors"] == 1 and meta["complete"] is True
@@ -218,10 +221,10 @@ def test_a_killed_controller_resumes_with_resume(project, local, ray_head, tmp_p
     args = (*FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "resumed", "--journal", str(journal), "--executor",
             "ray", "--ray-address", ray_head)
     first = start_gate(project, *args, job=job_env(LAYA_SLOW_PER_ROW="0.02"))
-    _wait_for(lambda: _journaled(journal / "cpu.jsonl"), first)
+    _wait_for(lambda: _journaled(journal), first)
     first.kill()
     first.communicate()
-    journaled = len(set(_journaled(journal / "cpu.jsonl")))
+    journaled = len(set(_journaled(journal)))
     status, out = gate_run(project, *args, "--resume", job=job_env(LAYA_COUNT_FILE=str(counts)))
     assert status == 0, out
     total = len(_records(local / "predictions.jsonl.gz"))
@@ -230,12 +233,10 @@ def test_a_killed_controller_resumes_with_resume(project, local, ray_head, tmp_p
     assert (project / "resumed" / "predictions.jsonl.gz").read_bytes() == (local / "predictions.jsonl.gz").read_bytes()
 
 
-def test_an_unreachable_cluster_is_exit_3_within_seconds_naming_the_address(project):
+def test_an_unreachable_cluster_is_exit_3_before_any_test_naming_the_address(project):
     address = f"127.0.0.1:{_free_port()}"
-    start = time.monotonic()
     status, out = gate_run(project, "--report-dir", "unreachable", "--executor", "ray", "--ray-address", address)
     assert status == 3, out
-    assert time.monotonic() - start < 30
     assert f"no Ray cluster answers at --ray-address {address}" in out
     assert not (project / "unreachable").exists()
 
@@ -270,27 +271,29 @@ def connected(ray_head):
     ray.shutdown()
 
 
-def _scoring_seconds(shards, n_actors: int, per_row: float) -> float:
-    pool = RayActorPool({"rows": partial(slow_scoring, per_row)}, "cpu", n_actors, gpus=False, label="test")
+def _calls(shards, n_actors: int, per_row: float, calls_file) -> list[tuple[int, float, float]]:
+    """Score ``shards`` on ``n_actors`` SlowScorer actors; each scoring call as (pid, start, end)."""
+    pool = RayActorPool({"rows": partial(slow_scoring, per_row, str(calls_file))}, "cpu", n_actors, gpus=False,
+                        label="test")
     try:
         pool.prepare("rows")
-        start = time.perf_counter()
         done = sorted(index for index, _ in pool.records("rows", shards))
-        seconds = time.perf_counter() - start
     finally:
         pool.close()
     assert done == list(range(len(shards)))
-    return seconds
+    return [(int(pid), float(t0), float(t1)) for pid, t0, t1 in map(str.split, calls_file.read_text().splitlines())]
 
 
-def test_two_actors_score_a_device_bound_model_in_at_most_0_6_of_one_actors_time(connected, fixture_rows):
-    """Every row costs 25 ms, as on a device; 8 shards of 12 rows: 2.4 s of device time."""
+def test_two_actors_score_a_device_bound_model_side_by_side(connected, fixture_rows, tmp_path):
+    """Every row costs 25 ms, as on a device; 8 shards of 12 rows. Both actors score shards, and their calls
+    overlap in time: the shards run in parallel (how much faster that is: ``python scripts/ray_scaling.py``)."""
     rows = [r for rows in fixture_rows.values() for r in rows][:96]
     shards = [rows[i:i + 12] for i in range(0, len(rows), 12)]
-    one = _scoring_seconds(shards, 1, 0.025)
-    two = _scoring_seconds(shards, 2, 0.025)
-    assert one >= 2.4
-    assert two <= 0.6 * one, (one, two)
+    calls = _calls(shards, 2, 0.025, tmp_path / "calls.txt")
+    by_actor = Counter(pid for pid, _, _ in calls)
+    assert len(by_actor) == 2 and min(by_actor.values()) >= 2, by_actor
+    overlapping = [(a, b) for a in calls for b in calls if a[0] < b[0] and a[1] < b[2] and b[1] < a[2]]
+    assert overlapping, calls
 
 
 def test_the_cluster_says_how_many_actors_it_takes(connected, ray_head):

@@ -145,16 +145,14 @@ def test_a_killed_server_stops_the_run_and_resume_finishes_it_with_the_same_pred
     assert (reports / "predictions.jsonl.gz").read_bytes() == (uninterrupted[2] / "predictions.jsonl.gz").read_bytes()
 
 
-def test_a_dead_endpoint_is_exit_3_within_seconds_naming_it(tmp_path):
+def test_a_dead_endpoint_is_exit_3_before_collection_naming_it(tmp_path):
     endpoint = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    started = time.time()
     result = run_gate("--scorer", "openai", "--endpoint", endpoint, "--report-dir", str(tmp_path / "reports"))
-    elapsed = time.time() - started
     out = result.stdout + result.stderr
     assert result.returncode == 3, out[-3000:]
     assert f"harness error (exit 3, not a gate failure): cannot load scorer 'openai'" in out
     assert f"the endpoint {endpoint} does not answer: ConnectionRefusedError" in out
-    assert elapsed < 10, f"{elapsed:.1f} s"
+    assert "collected" not in out and not (tmp_path / "reports").exists()  # stopped before collecting anything
 
 
 def test_served_answers_agree_with_the_in_process_scorers_greedy_generation(served_model, fixture_rows,

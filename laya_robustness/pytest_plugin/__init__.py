@@ -141,8 +141,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if session.usage_error is not None or gate_items:
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
     if gate_items and not config.option.collectonly:
+        _connect_cluster(session)  # an unreachable cluster stops the run before the report folder is touched
         _claim_report_dir(config, session, items)
-        _connect_cluster(session)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
 

@@ -8,7 +8,7 @@ check results) and wires the library's parts together: the run's inputs, models,
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -562,6 +562,8 @@ class RobustnessSession:
         if not limits:
             pytest.skip(f"scored; the limits set none in [invariance.{section}]")
         results = evaluate_invariance(condition, stats, limits)
+        if source == "captions":  # the dual encoder's results under their own name, as in invariance.json
+            results = [replace(r, dataset=f"{DUAL_PREFIX}{condition}") for r in results]
         self.results += [{**asdict(r), "device": device} for r in results]
         outcomes.invariance_outcome(results, stats)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from laya_robustness.gate.catalogue import CHECKS
 from laya_robustness.gate.results import INVARIANCE
 from laya_robustness.predictions import predictions_bytes
+from laya_robustness.run.invariance import CONDITION_NAMES, DUAL_CONDITIONS, DUAL_PREFIX
 from laya_robustness.run.journal import JOURNAL_DIR
 from laya_robustness.run.meta import invariance_meta, run_meta
 from laya_robustness.summary import summarize
@@ -50,14 +51,16 @@ def _previous_is_complete(folder: Path) -> bool:
 
 def ordered_results(results: list[dict]) -> list[dict]:
     """Check results in an order that does not depend on the order the tests ran in: by family, then (for a
-    family's cells) dataset and the catalogue's order of checks. An invariance condition's results keep the
-    order they were judged in (the condition tests' own parametrisation: the question model's, then the dual
-    encoder's, which name the same conditions)."""
+    family's cells) dataset and the catalogue's order of checks. Invariance results go by condition, in the
+    declared order of the question model's conditions, then the dual encoder's (``dual:<condition>``); a
+    condition's checks keep the order its judgement gives them."""
     rank = {check: i for i, check in enumerate(CHECKS)}
+    conditions = [*CONDITION_NAMES, *(f"{DUAL_PREFIX}{c}" for c in DUAL_CONDITIONS)]
+    condition_rank = {name: i for i, name in enumerate(conditions)}
 
     def key(r: dict):
         if r["family"] == INVARIANCE:
-            return (r["family"],)
+            return (r["family"], condition_rank.get(r["dataset"], len(conditions)), r["dataset"])
         return (r["family"], r["dataset"], rank.get(r["check"], len(rank)))
 
     return sorted(results, key=key)
