@@ -1,6 +1,8 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,report,stability,calibrate-gate,fixtures,export-parquet}``.
+"""Command line: ``python -m laya_robustness {summarize,floor,report,stability,variants,calibrate-gate,fixtures,
+export-parquet}``.
 
-Exit codes: 0 done, 4 a usage error (a bad or unreadable input file, a bad argument), printed as one line.
+Exit codes: 0 done, 3 a model that cannot be loaded, 4 a usage error (a bad or unreadable input file, a bad
+argument), printed as one line.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import sys
 from pathlib import Path
 
 FIXTURES = Path("laya_fixtures")
-USAGE_ERROR = 4
+HARNESS_ERROR, USAGE_ERROR = 3, 4
 
 
 def _calibrate(args) -> int:
@@ -64,10 +66,45 @@ def _stability(args) -> int:
         layerwise = {"model": args.model, "data": args.data, "scorer": args.scorer, "device": args.device,
                      "families": [f.strip() for f in args.families.split(",") if f.strip()],
                      "max_groups": args.max_groups, "seed": args.seed, "rows_per_set": args.rows_per_set}
+    if args.bins is not None and args.bins < 2:
+        raise ValueError(f"--bins must be at least 2, got {args.bins}")
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     return stability_report(args.predictions, names=names, modalities=args.modalities, seed=args.seed,
                             precision=args.precision, bins=args.bins, binning=args.binning,
                             with_entropy=args.with_entropy, json_out=args.json, layerwise=layerwise)
+
+
+def _variants(args) -> int:
+    from laya_robustness.analysis.variants.command import run_variants
+
+    return run_variants(args.task, model=args.model, data=args.data, out=args.out, n=args.n, languages=args.languages,
+                        batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=args.device,
+                        rows_per_set=args.rows_per_set, seed=args.seed)
+
+
+def _variants_parser(sub) -> None:
+    from laya_robustness.analysis.variants.prompts import DEFAULT_LANGUAGES
+
+    v = sub.add_parser("variants", help="write rephrasings or translations of the questions with a language model "
+                       "(the files --rephrasings and --translations read)")
+    v.add_argument("task", choices=("rephrase", "translate"))
+    v.add_argument("--model", required=True, help="hub id (from the local cache) or directory of a causal language "
+                   "model with a chat template")
+    v.add_argument("--data", type=Path, required=True, help="the rows whose questions get variants (as the gate's "
+                   "--data)")
+    v.add_argument("--out", type=Path, required=True, help="the .jsonl file to write; F.rejects.jsonl and "
+                   "F.stats.json go beside it")
+    v.add_argument("--n", type=int, default=10, help="rephrase: rephrasings asked per question (default: 10)")
+    v.add_argument("--languages", default=",".join(DEFAULT_LANGUAGES), help="translate: comma-separated language "
+                   f"codes (default: {','.join(DEFAULT_LANGUAGES)})")
+    v.add_argument("--batch-size", type=int, default=8, help="prompts per generation batch (default: 8)")
+    v.add_argument("--max-new-tokens", type=int, default=None, help="tokens generated per prompt at most (default: "
+                   "512 for rephrase, 128 for translate)")
+    v.add_argument("--device", default="cpu", help="device of the model: cpu (fp32) or cuda[:N] (bf16) (default: cpu)")
+    v.add_argument("--rows-per-set", type=int, default=0, help="rows sampled per dataset as the gate samples them "
+                   "(default: 0, every row)")
+    v.add_argument("--seed", type=int, default=0, help="seed of that sampling (default: 0)")
+    v.set_defaults(run=_variants)
 
 
 def _fixture_rows(args) -> int:
@@ -188,7 +225,8 @@ def parser() -> argparse.ArgumentParser:
                     "(default: the summary.json beside the first file, else 0)")
     st.add_argument("--precision", type=float, default=0.92, help="precision the predictor's recall is read at "
                     "(default: 0.92)")
-    st.add_argument("--bins", type=int, default=10, help="bins of the mutual information ratio (default: 10)")
+    st.add_argument("--bins", type=int, default=None, help="levels per variable of the mutual information ratio "
+                    "(default: by sample size, at least 8 samples per cell: 3 at 240 samples, 9 at 7,600, at most 10)")
     st.add_argument("--binning", choices=("quantile", "width"), default="quantile",
                     help="equal-frequency or equal-width bins (default: quantile)")
     st.add_argument("--with-entropy", action="store_true", help="add the source's entropies to the predictor")
@@ -204,6 +242,7 @@ def parser() -> argparse.ArgumentParser:
                     "(default: the summary.json beside the file, else 0)")
     st.add_argument("--max-groups", type=int, default=0, help="layerwise: first N groups per dataset (default: all)")
     st.set_defaults(run=_stability)
+    _variants_parser(sub)
     f = sub.add_parser("fixtures", help="re-make the embedded default (rows, checkpoint)")
     fsub = f.add_subparsers(dest="what", required=True)
     r = fsub.add_parser("rows", help="draw the fixture validation rows")
@@ -251,8 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "out", "") is None and args.command == "summarize":
         args.out = args.predictions.with_name("summary.offline.json")
+    from laya_robustness.scoring.base import ModelLoadError
+
     try:
         return args.run(args)
+    except ModelLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return HARNESS_ERROR
     except (OSError, ValueError) as exc:  # PredictionError, RowError and ThresholdsError are ValueErrors
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR

@@ -29,6 +29,15 @@ REQUIRED_FIELDS = STR_FIELDS + ("label", "logits", "probs", "argmax")
 #: form and whether that is one of the (normalised) accepted answers, with no logits (label and argmax -1).
 OPEN = "open"
 OPEN_FIELDS = ("raw_answer", "answer", "answers", "correct")
+#: A generation-only scorer (a served model without probabilities) answers a choice / yes-no row in text: its
+#: record holds the generated text (``raw_answer``), the extraction rule that mapped it to an option
+#: (``extraction``; ``unparsed`` when it names no option or several), the number of options and the chosen
+#: option as ``argmax`` (label order; ``UNPARSED_ANSWER`` when unparsed), with no logits and no probabilities.
+GENERATED_FIELDS = ("raw_answer", "extraction", "n_options")
+UNPARSED = "unparsed"
+UNPARSED_ANSWER = -1
+#: What every probability-based number of a generation-only scorer's records says instead of a value.
+NO_PROBABILITIES = "not available for a generation-only scorer"
 
 
 class PredictionError(ValueError):
@@ -72,6 +81,26 @@ def _validate_open(record: Mapping[str, Any], where: str) -> None:
             raise PredictionError(where, key, f"an open-answer record has -1, got {record[key]!r}")
 
 
+def _validate_generated(record: Mapping[str, Any], where: str) -> int:
+    """A generation-only record's fields (see GENERATED_FIELDS); returns its number of options."""
+    for key in GENERATED_FIELDS:
+        if key not in record:
+            raise PredictionError(where, key, "missing (a record without logits needs it)")
+    k = record["n_options"]
+    if not _is_int(k) or k < 1:
+        raise PredictionError(where, "n_options", f"expected an int >= 1, got {k!r}")
+    for key in ("raw_answer", "extraction"):
+        if not isinstance(record[key], str) or (key == "extraction" and not record[key]):
+            raise PredictionError(where, key, f"expected a string, got {record[key]!r}")
+    if record["probs"] not in ([], ()):
+        raise PredictionError(where, "probs", f"a record without logits has none, got {record['probs']!r}")
+    argmax, unparsed = record["argmax"], record["extraction"] == UNPARSED
+    if not _is_int(argmax) or not (argmax == UNPARSED_ANSWER if unparsed else 0 <= argmax < k):
+        expected = f"{UNPARSED_ANSWER} (unparsed)" if unparsed else f"an int in [0, {k})"
+        raise PredictionError(where, "argmax", f"expected {expected}, got {argmax!r}")
+    return k
+
+
 def _validate(record: Any, where: str) -> None:
     if not isinstance(record, Mapping):
         raise PredictionError(where, "(record)", f"expected a JSON object, got {type(record).__name__}")
@@ -86,13 +115,16 @@ def _validate(record: Any, where: str) -> None:
     if record["primitive"] == OPEN:
         _validate_open(record, where)
         return
-    k = len(_numbers(record, "logits", where))
-    if len(_numbers(record, "probs", where)) != k:
-        raise PredictionError(where, "probs", f"has {len(record['probs'])} entries for {k} logits")
+    if record["logits"] in ([], ()) and "n_options" in record:
+        k = _validate_generated(record, where)
+    else:
+        k = len(_numbers(record, "logits", where))
+        if len(_numbers(record, "probs", where)) != k:
+            raise PredictionError(where, "probs", f"has {len(record['probs'])} entries for {k} logits")
+        if not _is_int(record["argmax"]) or not 0 <= record["argmax"] < k:
+            raise PredictionError(where, "argmax", f"expected an int in [0, {k}), got {record['argmax']!r}")
     if not _is_int(record["label"]) or not -1 <= record["label"] < k:
         raise PredictionError(where, "label", f"expected an int in [-1, {k}), got {record['label']!r}")
-    if not _is_int(record["argmax"]) or not 0 <= record["argmax"] < k:
-        raise PredictionError(where, "argmax", f"expected an int in [0, {k}), got {record['argmax']!r}")
     if "meta" in record and not isinstance(record["meta"], Mapping):
         raise PredictionError(where, "meta", f"expected an object, got {type(record['meta']).__name__}")
     if "n_images" in record and (not _is_int(record["n_images"]) or record["n_images"] < 0):
@@ -154,6 +186,16 @@ class Record(dict):
             return self.meta[key]
         except KeyError:
             raise PredictionError(self["row_id"], f"meta.{key}", f"missing (family {self['family']} writes it)") from None
+
+
+def option_count(record: Mapping[str, Any]) -> int:
+    """How many options a record's row had: its logits, or a generation-only record's ``n_options``."""
+    return len(record["logits"]) or int(record.get("n_options", 0))
+
+
+def generation_only(record: Mapping[str, Any]) -> bool:
+    """Whether a choice / yes-no record was answered in text with no probabilities (see GENERATED_FIELDS)."""
+    return record["primitive"] != OPEN and not record["probs"] and "n_options" in record
 
 
 def parse_records(records: Iterable[Any], where: str = "record") -> list[Record]:

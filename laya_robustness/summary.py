@@ -36,7 +36,7 @@ from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline, headlin
 from laya_robustness.metrics.stability import STABILITY as STABILITY_HEADLINES
 from laya_robustness.metrics.stability import any_visual_cell
 from laya_robustness.metrics.stability_analysis import stability_analysis
-from laya_robustness.records import ORIG, Record, parse_records
+from laya_robustness.records import NO_PROBABILITIES, ORIG, Record, generation_only, parse_records
 
 #: The one-model stability analyses (answer entropy, stable shares, Tables 5, 7 and 8 of the stability
 #: study, the mutual-information ratio) of every dataset with variants of a family that has a modality.
@@ -135,9 +135,11 @@ def flat_cell(rows: list, orig: Mapping, family: str, dataset: str, boot: Mappin
 
     acc / delta / flip as in ``metrics.headline``; acc_ci and delta_ci are 95% cluster-bootstrap
     intervals from the same resamples (``keyed_rng(seed, "bootstrap", family, dataset)``), ece_ci
-    from the first ``n_boot_ece`` of them; ECE over the rows with a label, pooled (not group-weighted).
+    from the first ``n_boot_ece`` of them; ECE over the rows with a label and probabilities, pooled (not
+    group-weighted). Rows of a generation-only scorer have no probabilities: their ECE and flip floor are None
+    and the cell says why (:func:`probability_note`).
     """
-    scored = [r for r in rows if r["label"] >= 0]
+    scored = [r for r in rows if r["label"] >= 0 and r["probs"]]  # ECE needs probabilities
     origs = [orig[g] for g in dict.fromkeys(group_key(r) for r in rows) if g in orig]
     n_boot, n_boot_ece = boot["n_boot"], boot["n_boot_ece"]
     clusters, counts = _cell_counts(rows, family, dataset, boot, max(n_boot, n_boot_ece))
@@ -160,7 +162,14 @@ def flat_cell(rows: list, orig: Mapping, family: str, dataset: str, boot: Mappin
             [max(r["probs"]) for r in scored],
             [is_correct(r) for r in scored],
         ),
+        **probability_note(rows),
     }
+
+
+def probability_note(rows: Sequence[Mapping[str, Any]]) -> dict:
+    """``{"probabilities": NO_PROBABILITIES}`` when rows of the cell were answered without probabilities (a
+    generation-only scorer: every probability-based number of the cell is None), else {}."""
+    return {"probabilities": NO_PROBABILITIES} if any(generation_only(r) for r in rows) else {}
 
 
 def block_cell(family: Family, rows: list, orig: Mapping, boot: Mapping[str, int]) -> dict:
@@ -172,7 +181,8 @@ def block_cell(family: Family, rows: list, orig: Mapping, boot: Mapping[str, int
                              f"(known: {', '.join(family.variants)})")
     clusters, counts = _cell_counts(rows, family.name, rows[0]["dataset"], boot, boot["n_boot"])
     return {**headline_values(family.headline, rows, orig),
-            **uncertainty(family.headline, rows, orig, counts, clusters), **family.cell(rows, orig, boot)}
+            **uncertainty(family.headline, rows, orig, counts, clusters), **family.cell(rows, orig, boot),
+            **probability_note(rows)}
 
 
 class CellCache:
@@ -277,7 +287,7 @@ def summarize(
         out[STABILITY][ANY_VISUAL] = any_cells
     if ece_floor_sims > 0:
         out["floor"] = floor_block(flat_records(records), sims=ece_floor_sims, seed=seed)
-    analysis = stability_analysis(records, modalities())
+    analysis = stability_analysis(records, modalities(), seed=seed)
     if analysis:
         out[STABILITY_ANALYSIS] = analysis
     if baseline is not None:

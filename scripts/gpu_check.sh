@@ -5,11 +5,14 @@
 #   OUT=/tmp/dry bash scripts/gpu_check.sh --cpu    # the same steps on the CPU, small (checks the script)
 #
 # Writes under $OUT: env.txt, bench-256m-<path>.json (rows/s, peak memory, encodes; bf16 batch path,
-# fp32 predict, the per-option baseline), bench-256m-tiled-<path>.json (the same model with SmolVLM-256M's
-# tiling: 17 tiles per photo), profile-256m.{txt,trace.json,json}, gate-256m/ (the gpu
-# invariance gate on the 256M-shaped model: reports, junit), gate-embedded/ (the gpu gate on the
-# embedded checkpoint) and benchmarks-embedded.json (pytest-benchmark). Sizes: ROWS_PER_SET (gate
-# rows per dataset on the 256M-shaped model, default 4), INVARIANCE_ROWS (default 2).
+# fp32 predict, the per-option baseline), bench-256m-tiled-<path>[-unshared].json (the same model with
+# SmolVLM-256M's tiling: 17 tiles per photo, the photos with their option_order, text and rephrase
+# variants, with and without prefix sharing: rows/s, language-model tokens computed and tokens_alone),
+# prefix-sharing/ (scripts/prefix_sharing.sh: the same comparison through the gate, its time split),
+# profile-256m.{txt,trace.json,json}, gate-256m/ (the gpu invariance gate on the 256M-shaped model,
+# shared_prefix_vs_alone included: reports, junit), gate-embedded/ (the gpu gate on the embedded
+# checkpoint) and benchmarks-embedded.json (pytest-benchmark). Sizes: ROWS_PER_SET (gate rows per
+# dataset on the 256M-shaped model, default 4), INVARIANCE_ROWS (default 2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -63,11 +66,18 @@ done
 step profile-256m 0 "$PY" scripts/profile_scorer.py "$MODEL" --device "$DEVICE" --rows "$ROWS" --image-size "$SIZE" \
   --out "$OUT/profile-256m"
 # Photos as SmolVLM-256M cuts them: images scaled to 4 x SIZE, 17 tiles each; preprocessing is the host's main cost.
+# Each photo with its text-side variants shares its 1,088-token image prefix: scored with and without sharing.
 step build-256m-tiled 0 "$PY" -m laya_robustness.fixtures.bench build "$MODEL-tiled" --image-size "$SIZE" --split
 for path in batch predict_cached; do
-  step "bench-256m-tiled-$path" 0 "$PY" -m laya_robustness.fixtures.bench run "$MODEL-tiled" --device "$DEVICE" \
-    --path "$path" --rows "$ROWS" --image-size $((2 * SIZE)) --out "$OUT/bench-256m-tiled-$path.json"
+  for mb in 1024 0; do
+    name="bench-256m-tiled-$path$([ $mb = 0 ] && echo -unshared)"
+    step "$name" 0 "$PY" -m laya_robustness.fixtures.bench run "$MODEL-tiled" --device "$DEVICE" --path "$path" \
+      --rows "$ROWS" --image-size $((2 * SIZE)) --families option_order,text,rephrase --prefix-cache-mb $mb \
+      --out "$OUT/$name.json"
+  done
 done
+step prefix-sharing 0 env OUT="$OUT/prefix-sharing" MODEL="$MODEL-tiled" DEVICE="$DEVICE" TILE="$SIZE" \
+  PHOTOS="$ROWS" PYTHON="$PY" bash scripts/prefix_sharing.sh
 # The gate on the 256M-shaped model: random weights, so family limits fail (exit 1); 3 would be a broken harness.
 step gate-256m 1 "$PY" -m pytest robustness_tests -m "$MARK and invariance" -p no:cacheprovider --model "$MODEL" \
   --thresholds "$WORK/thresholds.toml" --invariance-rows "$INVARIANCE_ROWS" --report-dir "$OUT/gate-256m" \

@@ -18,6 +18,18 @@ def fixture_rows():
 
 
 @pytest.fixture(scope="session")
+def served_model(tmp_path_factory):
+    """``transformers serve`` of the embedded checkpoint on 127.0.0.1, one for every served-model test (it comes up
+    in about 20 s); stopped at the end of the session (``served_parts.ServedModel``)."""
+    pytest.importorskip("fastapi", reason="the served-model tests need transformers[serving] (the test extra has it)")
+    from served_parts import ServedModel
+
+    model = ServedModel(tmp_path_factory.mktemp("served-model")).start()
+    yield model
+    model.stop()
+
+
+@pytest.fixture(scope="session")
 def embedded_scorer():
     from laya_robustness.scoring.hf import HFVLMScorer
 

@@ -86,7 +86,8 @@ def interrupting(model, **kwargs):
 
 class CountingScorer(OracleScorer):
     """Appends the number of rows of every batch to the file named by LAYA_COUNT_FILE; slow if LAYA_SLOW (seconds
-    per call) or LAYA_SLOW_PER_ROW (seconds per row: a device-bound model) is set."""
+    per call) or LAYA_SLOW_PER_ROW (seconds per row: a device-bound model) is set; after its first batch, waits
+    while the file named by LAYA_HOLD_FILE exists (a run a test holds in the middle of scoring)."""
 
     def score_batch(self, rows):
         import os
@@ -94,6 +95,8 @@ class CountingScorer(OracleScorer):
 
         with open(os.environ["LAYA_COUNT_FILE"], "a") as fh:
             fh.write(f"{len(rows)}\n")
+        while os.environ.get("LAYA_HOLD_FILE") and os.path.exists(os.environ["LAYA_HOLD_FILE"]):
+            time.sleep(0.05)
         if os.environ.get("LAYA_SLOW"):
             time.sleep(float(os.environ["LAYA_SLOW"]))
         if os.environ.get("LAYA_SLOW_PER_ROW"):

@@ -3,7 +3,8 @@
 On each: the prompt equals the processor's, every option's logit equals a plain forward of the
 model on ``processor(...)`` outputs, the batch path (one pass), the per-option batch path and the
 predict path with and without the prefix cache agree, a row does not depend on its batch
-neighbours, display order maps back to label order, and each distinct image is encoded once.
+neighbours, display order maps back to label order, each distinct image is encoded once, and the
+rows about one image run its prompt prefix once (all but PaliGemma) and score as each row alone.
 """
 
 import dataclasses
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 from laya_robustness.families import build_variants
-from laya_robustness.run.invariance import hostile_rows
+from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
+from laya_robustness.run.invariance import ConditionNotSupported, InvarianceRun, hostile_rows
 from laya_robustness.scoring import load_scorer
 from laya_robustness.rows import image_digest
 from laya_robustness.scoring.prompt import user_text
@@ -263,3 +265,37 @@ def test_preprocessing_ahead_on_threads_changes_nothing_but_time(scorer, rows):
                 np.testing.assert_array_equal(a, b)
         assert ahead.stats == in_turn.stats and not ahead._pending
         assert sum(name.startswith("laya-preprocess") for name in threads) >= len(rows) - 1  # it did run ahead
+
+
+def test_rows_about_one_image_run_its_prefix_once_and_score_as_each_row_alone(scorer, rows):
+    """The rows and their option_order and text variants in one call, then again. Each row's logits equal the row
+    alone over its whole prompt, on the batch path and on predict with the cache (vs without). Where the
+    architecture shares prefixes (all but PaliGemma's prefix-LM), each image's prefix runs once: the second call
+    runs no prefix and no vision encode, reads every prefix from the store and gives the same logits bit for bit."""
+    fresh = scorer.replaced()
+    call = rows + build_variants("option_order", rows, seed=0) + build_variants("text", rows, seed=0)
+    shared = fresh.score_batch(call)
+    assert _worst(shared, [scorer.score_batch_unshared([r])[0] for r in call]) < TOLERANCE
+    assert _worst(fresh.score_predict(call), scorer.score_predict(call, use_cache=False)) < TOLERANCE
+    prefixed = [fresh.prepare(r).prefix for r in call]
+    run = InvarianceRun(scorer, rows, batch_size=4, temperatures=dict(DEFAULT_TEMPERATURES))
+    if scorer.adapter.name == "paligemma":
+        assert not fresh.shares_prefixes and fresh.identity["prefix_sharing"].startswith("none: the prompt attends")
+        assert not any(prefixed) and fresh.stats["prefixes"] == 0
+        assert fresh.stats["tokens"] >= fresh.stats["tokens_alone"]  # predict without the cache runs more
+        with pytest.raises(ConditionNotSupported, match="prefix-LM"):
+            run.run("shared_prefix_vs_alone")
+        return
+    distinct = {p for p in prefixed if p is not None}
+    assert fresh.shares_prefixes and fresh.identity["prefix_sharing"].startswith("kv-cache")
+    assert prefixed[len(rows) - 1] is None and prefixed[len(rows) - 2] is not None  # text-only whole; two images shared
+    assert fresh.stats["prefixes"] == len(distinct) < len(call) // 4
+    before = dict(fresh.stats)
+    again = fresh.score_batch(call)
+    assert all(np.array_equal(a, b) for a, b in zip(shared, again, strict=True))
+    assert fresh.stats["prefixes"] == before["prefixes"] and fresh.stats["vision_encodes"] == before["vision_encodes"]
+    assert fresh.stats["prefix_hits"] - before["prefix_hits"] == sum(p is not None for p in prefixed)
+    assert fresh.stats["tokens"] - before["tokens"] < 0.8 * (fresh.stats["tokens_alone"] - before["tokens_alone"])
+    stats = run.run("shared_prefix_vs_alone")
+    assert stats["precision"] == "fp32" and stats["flips"] == 0 and stats["rows"] == len(rows)
+    assert stats["max_abs_dp"] < 1e-5 and stats["max_abs_dlogit"] < TOLERANCE

@@ -261,9 +261,24 @@ def test_circular_accuracy_and_accuracy_by_gold_position(records):
     cell = summary[FLAT]["option_order"]["colour_choice"]
     orig = _orig(records)
     groups = _groups(r for r in records if r["family"] == "option_order" and r["dataset"] == "colour_choice")
-    circular = [all(r["argmax"] == r["label"] for r in [orig[g], *rs]) for g, rs in groups.items()]
+
+    def cyclic(order):  # a circular shift of the original order 0..k-1
+        return list(order) == [(order[0] + i) % len(order) for i in range(len(order))]
+
+    # CircularEval (MMBench / VLMEvalKit): right under the original order and every one of its k-1 circular
+    # shifts; the stricter figure: right under every display order shown (the reversal and permutation too)
+    circular, all_orders = [], []
+    for g, rs in groups.items():
+        shifts = [r for r in rs if cyclic(r["meta"]["display_order"])]
+        assert len(shifts) == len(orig[g]["probs"]) - 1  # every shift is scored
+        circular.append(all(r["argmax"] == r["label"] for r in [orig[g], *shifts]))
+        all_orders.append(all(r["argmax"] == r["label"] for r in [orig[g], *rs]))
     assert cell["n_circular"] == len(circular) and cell["circular_acc"] == pytest.approx(_mean(circular), abs=1e-6)
-    assert cell["circular_acc"] <= cell["acc"]
+    assert cell["all_orders_acc"] == pytest.approx(_mean(all_orders), abs=1e-6)
+    assert cell["all_orders_acc"] < cell["circular_acc"] <= cell["acc"]  # the data tells the two apart
+    for key in ("circular_acc", "all_orders_acc"):
+        lo, hi = cell[f"{key}_ci"]
+        assert lo <= cell[key] <= hi
     by_position = defaultdict(list)
     for g, rs in groups.items():
         by_position[orig[g]["label"]].append(orig[g]["argmax"] == orig[g]["label"])

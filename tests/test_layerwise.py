@@ -128,7 +128,7 @@ def test_the_offline_layerwise_path_rebuilds_the_rows_with_the_runs_seed(run_dir
     out = tmp_path / "out.json"
     rc = main(["stability", str(folder / "predictions.jsonl.gz"), "--layerwise", "--model", "m", "--data",
                str(FIXTURE_ROWS), "--families", "text,image", "--scorer", "test_layerwise:fake_layer_scorer",
-               "--json", str(out)])
+               "--modalities", "text=phrasing,image=visual", "--json", str(out)])
     assert rc == 0
     assert "Layerwise divergence from the orig sample (Fig. 4)" in capsys.readouterr().out
     result = json.loads(out.read_text())["layerwise"]

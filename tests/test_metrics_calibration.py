@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from laya_robustness.metrics.calibration import (
@@ -59,6 +60,22 @@ def test_ece_bins_are_closed_on_the_right():
     assert ece([0.2, 0.21], [True, False]) == pytest.approx((0.8 + 0.21) / 2)
     assert ece([0.2, 0.19], [True, False]) == pytest.approx(abs(1 - 0.39) / 2)
     assert ece([0.0, 0.05], [False, True]) == pytest.approx(abs(1 - 0.05) / 2)
+
+
+def test_every_edge_belongs_to_the_bin_below_it_and_one_to_the_top_bin():
+    """e_k = k/15 as float64: e_k itself is bin k-1, the next double above it bin k, the one below bin k-1."""
+    for k in range(1, 16):
+        edge = k / 15
+        above, below = np.nextafter(edge, 2.0), np.nextafter(edge, -1.0)
+        assert bin_indices([below, edge]).tolist() == [k - 1, k - 1]
+        if k < 15:
+            assert bin_indices([above]).tolist() == [k]
+    assert bin_indices([0.0, 5e-324, np.nextafter(1.0, 0.0), 1.0]).tolist() == [0, 0, 14, 14]
+    # a softmax that rounds to one-hot gives a maximum probability of exactly 1.0: the top bin, with 0.95
+    one_hot = max(calibrated_probs([0.0, 800.0], "choice", {"choice": 1.0}))
+    assert one_hot == 1.0 and bin_indices([one_hot, 0.95]).tolist() == [14, 14]
+    assert ece([1.0, 0.95], [True, False]) == pytest.approx(abs(1 - 1.95) / 2)
+    assert ece([1.0, 0.9], [True, False]) == pytest.approx((0.0 + 0.9) / 2)  # 0.9 is bin 13 = (13/15, 14/15]
 
 
 def plain_ece(conf, correct, n_bins=15):

@@ -66,6 +66,8 @@ def _scored_rows(count_file):
 
 
 def test_kill_9_then_resume_gives_the_same_reports_as_a_clean_run(gate):
+    """A run killed while scoring leaves its journal and its lock: the next run takes the lock over and, with
+    --resume, scores only what was not journaled; its reports are byte-identical to an uninterrupted run's."""
     env = {**os.environ, "PYTHONPATH": os.environ["PYTHONPATH"], "LAYA_COUNT_FILE": str(gate.path / "clean.count")}
     clean = subprocess.run(_gate_command(gate, "--report-dir", "clean", "--batch-size", "2"), cwd=gate.path, env=env,
                            capture_output=True)
@@ -82,12 +84,17 @@ def test_kill_9_then_resume_gives_the_same_reports_as_a_clean_run(gate):
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert not (gate.path / "resumed" / "summary.json").exists()
+    lock = gate.path / "resumed" / ".laya-robustness.lock"
+    assert json.loads(lock.read_text())["pid"] == killed.pid  # left behind by the killed run
 
     env.update(LAYA_COUNT_FILE=str(gate.path / "resumed.count"))
     env.pop("LAYA_SLOW")
     resumed = subprocess.run(_gate_command(gate, "--report-dir", "resumed", "--batch-size", "2", "--resume"),
                              cwd=gate.path, env=env, capture_output=True)
     assert resumed.returncode == 0, resumed.stdout.decode()[-3000:]
+    assert f"took over the lock of {gate.path / 'resumed'} from a run that is gone (pid {killed.pid} on host" in \
+        resumed.stdout.decode()
+    assert not lock.exists()
     rescored = _scored_rows(gate.path / "resumed.count")
     assert 0 < rescored <= total - 64  # the journaled chunks were reused, not scored again
     for name in ("predictions.jsonl.gz", "summary.json"):

@@ -120,7 +120,9 @@ def test_a_feature_store_too_small_to_hold_anything_changes_nothing_but_the_enco
     from laya_robustness.scoring.hf import HFVLMScorer
 
     rows = fixture_rows["colour_choice"][:4]
-    small = HFVLMScorer(embedded_scorer.model, embedded_scorer.processor, batch_size=2, feature_cache_bytes=0)
+    # no prefix store either: the stored prefixes would let the second call skip the vision encoder altogether
+    small = HFVLMScorer(embedded_scorer.model, embedded_scorer.processor, batch_size=2, feature_cache_bytes=0,
+                        prefix_cache_bytes=0)
     first = small.score_batch(rows)
     second = small.score_batch(rows)
     assert all(np.array_equal(a, b) for a, b in zip(first, second))
@@ -131,3 +133,21 @@ def test_a_feature_store_too_small_to_hold_anything_changes_nothing_but_the_enco
     distinct = len({r.cluster for r in rows})
     assert kept.stats["vision_encodes"] == distinct  # once per image, the second call from the store
     assert small.stats["vision_encodes"] >= 2 * distinct  # nothing kept: both calls encode
+
+
+def test_a_prefix_store_too_small_for_one_prefix_changes_nothing_but_the_prefixes_run(embedded_scorer, fixture_rows):
+    """Nothing can be kept: every forward runs the prefixes its rows need, once each, and the logits are those of a
+    scorer that keeps them all (which runs each image's prefix once)."""
+    from laya_robustness.families import build_variants
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    source = fixture_rows["colour_choice"][:6]
+    rows = source + build_variants("option_order", source, seed=0)
+    tiny = HFVLMScorer(embedded_scorer.model, embedded_scorer.processor, batch_size=4, prefix_cache_bytes=1)
+    roomy = HFVLMScorer(embedded_scorer.model, embedded_scorer.processor, batch_size=4)
+    for a, b in zip(tiny.score_batch(rows), roomy.score_batch(rows), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    distinct = len({r.cluster for r in source})
+    assert tiny.shares_prefixes and len(tiny._prefixes) == 0 and tiny.stats["prefix_hits"] == 0
+    assert roomy.stats["prefixes"] == distinct < tiny.stats["prefixes"] <= -(-len(rows) // 4) * distinct
+    assert roomy.stats["prefix_hits"] > 0  # later forwards read their image's prefix from the store

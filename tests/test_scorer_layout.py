@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from laya_robustness.scoring import cache, layout
+from laya_robustness.scoring import cache, layout, prefixes
 from laya_robustness.rows import image_digest
 from laya_robustness.scoring.cache import ByteLRU, SegmentedLRU
-from laya_robustness.scoring.layout import Prompt, allowed, collate, pack
+from laya_robustness.scoring.layout import Prompt, after_prefix, allowed, collate, pack
+from laya_robustness.scoring.prefixes import shared_length
 
 
 def _prompt(n, blocks=None):
@@ -138,7 +139,7 @@ def test_image_digest_keys_pixels_size_and_mode():
     assert image_digest(red) == image_digest(red)  # memoised per object, same answer
 
 
-@pytest.mark.parametrize("module", [layout, cache])
+@pytest.mark.parametrize("module", [layout, cache, prefixes])
 def test_docstring_examples_run(module):
     assert doctest.testmod(module, raise_on_error=True).attempted > 0
 
@@ -157,3 +158,43 @@ def test_vision_chunks_bound_groups_and_pixel_values():
     names = [[name for name, _ in chunk] for chunk in vision_chunks(groups, max_groups=2, max_values=3 * 48)]
     assert names == [["a", "b"], ["c"], ["d", "e"], ["f"]]
     assert [[n for n, _ in c] for c in vision_chunks(groups, 16, 1 << 30)] == [["a", "b", "c", "d", "e", "f"]]
+
+
+@pytest.mark.parametrize("window", [None, 2])
+@pytest.mark.parametrize("blocks", [[-1] * 6, [0, 0, -1, -1, -1, -1]], ids=["causal", "image-block"])
+def test_rows_after_their_prefixes_keep_the_mask_of_their_whole_sequence(blocks, window):
+    """Sequences whose first 1, 3 and 2 tokens come as a cache: their own tokens start after the longest prefix,
+    and who may attend to whom among each row's tokens is what the row alone would allow."""
+    seqs = [pack(_prompt(n, blocks[:n]), [[100 + 10 * j + t for t in range(m)] for j, m in enumerate(option_lens)])
+            for n, option_lens in ((4, [2, 3]), (6, [1, 2, 2]), (5, [3]))]
+    lengths = [1, 3, 2]
+    aligned = collate(seqs, pad_id=0, prefix_lengths=lengths)
+    start = max(lengths)
+    ok = allowed(aligned, query_start=start, window=window)
+    for i, (seq, n) in enumerate(zip(seqs, lengths)):
+        alone = allowed(collate([seq], pad_id=0), window=window)[0].numpy()
+        columns = np.concatenate([np.arange(n), start + np.arange(len(seq) - n)])
+        assert aligned.valid[i].sum() == len(seq) and list(aligned.ids[i, columns]) == seq.ids
+        np.testing.assert_array_equal(ok[i][: len(seq) - n][:, columns].numpy(), alone[n:])
+        assert not ok[i][: len(seq) - n][:, ~aligned.valid[i]].any()  # the gap and the padding are never seen
+        # each target is read where the row alone reads it: the same input token, among the queries
+        for option, moved in zip(seq.targets, after_prefix(seq.targets, n)):
+            assert [(aligned.ids[i, start + s], t) for s, t in moved] == [(seq.ids[s], t) for s, t in option]
+
+
+def test_collate_refuses_a_prefix_that_leaves_no_token_to_run():
+    with pytest.raises(ValueError, match="do not fit"):
+        collate([pack(_prompt(3), [[1]])], pad_id=0, prefix_lengths=[3])
+
+
+@pytest.mark.parametrize("ids, blocks, expected", [
+    ([1, 9, 9, 2, 3], [-1] * 5, 3),                  # through the last image token
+    ([9, 2, 9, 9, 3], [-1] * 5, 4),                  # two images: through the second
+    ([1, 2, 3], [-1] * 3, 0),                        # no image
+    ([1, 9, 9], [-1] * 3, 0),                        # nothing after the image to run
+    ([1, 9, 9, 2], [-1, 0, 0, -1], 3),               # a Gemma 3 image block ends with the prefix
+    ([9, 9, 2, 3], [0, 0, 0, 0], 0),                 # a prefix-LM: one block over the whole prompt
+    ([9, 9, 2, 3], [0, 0, 0, -1], 0),                # a block that runs past the last image token
+], ids=["causal", "two-images", "no-image", "image-last", "image-block", "prefix-lm", "straddling"])
+def test_the_shared_prefix_ends_after_the_last_image_token_unless_a_block_straddles_it(ids, blocks, expected):
+    assert shared_length(ids, np.asarray(blocks), image_token_id=9) == expected

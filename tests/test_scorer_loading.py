@@ -146,7 +146,7 @@ def test_each_way_to_break_the_contract_is_named(bad, problem):
     (f"{__name__}:no_predict", "'score_predict(rows)' is missing"),
     ("no_such_module_anywhere:factory", "cannot import module 'no_such_module_anywhere'"),
     (f"{__name__}:missing_factory", "has no callable 'missing_factory'"),
-    ("not-a-spec", "neither 'hf' nor 'module:function'"),
+    ("not-a-spec", "neither 'hf', 'openai' nor 'module:function'"),
 ])
 def test_load_scorer_checks_plugins_when_they_load(spec, problem):
     with pytest.raises(ScorerContractError) as info:

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from laya_robustness.answers import answer_of, is_correct
-from laya_robustness.metrics.stability_analysis import (answer_entropy, conditional_mutual_information, discretize,
-                                                        mi_ratio, mutual_information, pearson, samples,
-                                                        stability_analysis)
+from laya_robustness.metrics.information import cmi_ratio
+from laya_robustness.metrics.stability_analysis import answer_entropy, pearson, samples, stability_analysis
 from laya_robustness.records import PredictionError
 
 MODALITY_OF = {"shift": "visual", "pad": "visual", "reph": "phrasing", "ctl": None}
@@ -163,17 +162,22 @@ def test_correlations_by_hand(hand):
     assert corr["n"] == [[4] * 3] * 3
 
 
-def test_the_cmi_block_is_mi_ratio_on_the_samples_entropies(hand):
+def test_the_cmi_block_is_the_adjusted_ratio_on_the_samples_entropies(hand):
     pair = hand["cmi"]["pairs"]["phrasing"]
     h_v, h_p, conf = [0, H_1_OF_4, H_1_OF_4, 0], [0, 0, H_1_OF_3, H_1_OF_3], [0.9, 0.8, 0.6, 0.55]
-    expected = mi_ratio(h_v, h_p, conf, 10)
-    assert {k: pair[k] for k in expected} == pytest.approx(expected)
-    assert pair["n_samples"] == 4 and set(pair["sensitivity"]) == {"5", "10", "20"}
+    expected = cmi_ratio(h_v, h_p, conf, seed=0, keys=("d", "phrasing", 2))
+    assert {k: pair[k] for k in expected} == expected
+    assert pair["n_samples"] == 4 and set(pair["sensitivity"]) == {"2", "3", "5", "10"}
+    assert pair["readable"] is False and "4 samples are too few for 2 levels" in pair["unreadable"]
+    assert pair["ratio_ci"] is None and hand["cmi"]["estimator"] == "chance-adjusted"
 
 
 def test_control_families_and_their_answers_are_left_out():
-    without = [r for r in hand_records() if r["family"] != "ctl"]
-    assert stability_analysis(without, MODALITY_OF) == stability_analysis(hand_records(), MODALITY_OF)
+    without = stability_analysis([r for r in hand_records() if r["family"] != "ctl"], MODALITY_OF)["d"]
+    with_control = stability_analysis(hand_records(), MODALITY_OF)["d"]
+    assert with_control.pop("families_not_counted") == ["ctl"]  # named as scored and not counted, nothing more
+    assert without.pop("families_not_counted") == []
+    assert without == with_control
 
 
 def test_the_result_is_json_ready_and_independent_of_record_order():
@@ -189,17 +193,24 @@ def test_a_dataset_without_modality_variants_is_left_out():
     assert stability_analysis([r for r in hand_records() if r["family"] in ("orig", "ctl")], MODALITY_OF) == {}
 
 
-def test_the_default_modalities_come_from_the_declarations():
+def test_the_default_modalities_are_the_study_s_sets():
+    """The study's visual set is its benign perturbations, its phrasing set the rephrasings: the gate's own
+    ``image`` (JPEG, crops, brightness) and ``text`` (surface edits) families are scored but not counted."""
     from laya_robustness.families import modalities
 
     modality_of = modalities()
-    assert modality_of["image"] == "visual" and modality_of["text"] == "phrasing"
+    by_modality = {m: sorted(f for f, fm in modality_of.items() if fm == m) for m in ("visual", "phrasing", "language")}
+    assert by_modality == {"visual": ["overlay", "pad_crop", "rotation", "rotation_sweep", "scale", "scale_pad",
+                                      "shift"],
+                           "phrasing": ["rephrase"], "language": ["language"]}
+    assert modality_of["image"] is None and modality_of["text"] is None
     assert modality_of["orig"] is None and modality_of["image_shuffle"] is None
-    records = [{**r, "family": {"shift": "image", "pad": "image", "reph": "text"}.get(r["family"], r["family"])}
-               for r in hand_records() if r["family"] != "ctl"]
+    records = [{**r, "family": {"shift": "shift", "pad": "image", "reph": "rephrase", "ctl": "text"}[r["family"]]}
+               if r["family"] != "orig" else r for r in hand_records()]
     block = stability_analysis(records, modality_of)["d"]
-    assert block["families"] == {"visual": ["image"], "phrasing": ["text"]}
-    assert block["stable_shares"]["visual+phrasing"]["share"] == 0.25
+    assert block["families"] == {"visual": ["shift"], "phrasing": ["rephrase"]}
+    assert block["families_not_counted"] == ["image", "text"]
+    assert block["stable_shares"]["visual"]["n_stable"] == 3  # pad (now image) no longer moves g3's visual answers
 
 
 # -- open-answer rows ----------------------------------------------------------------------------------------------
@@ -252,69 +263,6 @@ def test_pearson_against_numpy_and_undefined_on_a_constant():
         assert pearson(x, y) == pytest.approx(np.corrcoef(x, y)[0, 1], abs=1e-12)
     assert pearson([1, 1, 1], [0, 1, 2]) is None
     assert pearson([1], [2]) is None
-
-
-def test_mutual_information_against_scikit_learn():
-    from sklearn.metrics import mutual_info_score
-
-    rng = np.random.default_rng(1)
-    for _ in range(20):
-        x = rng.integers(0, 4, 200)
-        y = (x + rng.integers(0, 3, 200)) % 5
-        assert mutual_information(x, y) == pytest.approx(mutual_info_score(x, y), abs=1e-12)
-
-
-def _plain_entropy(*columns) -> float:
-    counts: dict = {}
-    for key in zip(*columns):
-        counts[key] = counts.get(key, 0) + 1
-    n = len(columns[0])
-    return -sum(c / n * math.log(c / n) for c in counts.values())
-
-
-def test_conditional_mutual_information_against_the_entropy_identity():
-    # I(X;Y|Z) = H(X,Z) + H(Y,Z) - H(X,Y,Z) - H(Z), each entropy counted in a plain loop
-    rng = np.random.default_rng(2)
-    for _ in range(20):
-        z = rng.integers(0, 3, 300)
-        x, y = (z + rng.integers(0, 2, 300)) % 4, (z + rng.integers(0, 3, 300)) % 4
-        expected = _plain_entropy(x, z) + _plain_entropy(y, z) - _plain_entropy(x, y, z) - _plain_entropy(z)
-        assert conditional_mutual_information(x, y, z) == pytest.approx(expected, abs=1e-12)
-
-
-def test_miller_madow_subtracts_the_cell_count_bias():
-    x, y = [0, 0, 1, 1, 0, 1], [0, 1, 1, 1, 0, 0]  # 4 joint cells, 2 + 2 marginal cells, n = 6
-    assert mutual_information(x, y, True) == pytest.approx(mutual_information(x, y) - (4 - 2 - 2 + 1) / 12)
-    z = [0, 0, 0, 1, 1, 1]
-    expected = sum(0.5 * mutual_information(x[i:i + 3], y[i:i + 3], True) for i in (0, 3))
-    assert conditional_mutual_information(x, y, z, True) == pytest.approx(expected)
-
-
-def test_mi_ratio_is_zero_when_the_confidence_explains_the_dependence_and_none_without_dependence():
-    h = [0.0] * 5 + [0.5] * 5 + [1.0] * 5
-    out = mi_ratio(h, h, h, n_bins=3)
-    assert out["ratio"] == 0.0 and out["mi"] == pytest.approx(math.log(3))
-    const = mi_ratio([0.0] * 6, [0.0, 1.0] * 3, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], n_bins=2)
-    assert const["mi"] == 0.0 and const["ratio"] is None
-
-
-def test_quantile_bins_never_split_ties_and_fill_evenly():
-    x = [0.0] * 7 + list(np.linspace(0.1, 1.0, 13))
-    bins = discretize(x, 5)
-    assert len(set(bins[:7])) == 1 and bins[0] == 0
-    values = np.random.default_rng(4).normal(size=1000)
-    assert np.bincount(discretize(values, 10)).tolist() == [100] * 10
-    tied = [1.0, 2.0, 2.0, 2.0, 3.0]
-    assert discretize(tied, 4).tolist()[1:4] == [discretize(tied, 4)[1]] * 3
-
-
-def test_width_bins_are_equal_intervals_of_the_range():
-    assert discretize([0.0, 0.19, 0.2, 0.5, 0.99, 1.0], 5, "width").tolist() == [0, 0, 1, 2, 4, 4]
-    assert discretize([2.0, 2.0], 5, "width").tolist() == [0, 0]
-    with pytest.raises(ValueError, match="binning must be one of quantile, width"):
-        discretize([1.0], 2, "log")
-    with pytest.raises(ValueError, match="n_bins must be an int >= 1"):
-        discretize([1.0], 0)
 
 
 def test_the_result_holds_only_plain_python_types():

@@ -64,5 +64,5 @@ def test_names_default_to_the_folders_and_modalities_to_the_declarations(tmp_pat
     assert model_names([tmp_path / "a" / "p.gz", tmp_path / "x" / "a" / "p.gz"]) == \
         [str(tmp_path / "a" / "p.gz"), str(tmp_path / "x" / "a" / "p.gz")]
     declared = parse_modalities(None)
-    assert declared["image"] == "visual"
-    assert parse_modalities("image=none,shift=visual") == {**declared, "image": None, "shift": "visual"}
+    assert declared["image"] is None and declared["shift"] == "visual"
+    assert parse_modalities("image=visual,shift=none") == {**declared, "image": "visual", "shift": None}

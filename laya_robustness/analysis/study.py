@@ -35,11 +35,13 @@ def parse_modalities(text: str | None) -> dict[str, str | None]:
 
 
 def stability_report(paths: list[Path], *, names: list[str] | None = None, modalities: str | None = None,
-                     seed: int | None = None, precision: float = 0.92, bins: int = 10, binning: str = "quantile",
+                     seed: int | None = None, precision: float = 0.92, bins: int | None = None,
+                     binning: str = "quantile",
                      with_entropy: bool = False, json_out: Path | None = None, layerwise: dict | None = None) -> int:
     """Print the stability tables of each predictions file and, for two or more, the cross-model tables;
     with ``layerwise`` (model, data, families, scorer, device, max_groups, rows_per_set) the layerwise
-    divergence of the first file. ``json_out`` gets every number as JSON. Returns 0."""
+    divergence of the first file. ``bins`` is the levels per variable of the mutual-information ratio (None:
+    chosen by sample size). ``json_out`` gets every number as JSON. Returns 0."""
 
     names = names or model_names(paths)
     if len(names) != len(paths) or len(set(names)) != len(names):
@@ -50,7 +52,7 @@ def stability_report(paths: list[Path], *, names: list[str] | None = None, modal
     check_same_rows(studied_records(records, modality_of))  # the sets the study covers: the same rows in each
     out: dict = {"models": {}}
     for name, recs in records.items():
-        out["models"][name] = stability_analysis(recs, modality_of, n_bins=bins, binning=binning)
+        out["models"][name] = stability_analysis(recs, modality_of, levels=bins, binning=binning, seed=seed)
         print(format_stability(out["models"][name], name) + "\n")
     if len(records) > 1:
         try:

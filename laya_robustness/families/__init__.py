@@ -59,7 +59,8 @@ class Family:
     variants depend on that row and the seed alone, in row order (``build(rows) == [v for r in rows for v
     in build([r])]``; tests/test_row_wise.py checks it): such a family is built in parallel chunks, and a
     report rebuilds only the rows it shows. ``slow`` marks its gate test ``slow`` (it runs only when ``-m``
-    names slow); ``default`` says whether ``--families`` selects it when not given.
+    names slow); ``default`` says whether ``--families`` selects it when not given. ``when_empty`` is what the
+    gate says when the family builds no variant of a set (why, and how to give it something to build).
     """
 
     name: str
@@ -81,6 +82,7 @@ class Family:
     source: str = "rows"
     row_wise: bool = False
     slow: bool = False
+    when_empty: str = "none of its rules applies"
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -102,7 +102,10 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=FAMILY, row_wise=True, build=build, kind="invariance", modality="visual", variants=tuple(VARIANTS), meta_keys={"*": ("image_op",)},
+    # no modality: the stability study's visual set is its benign perturbations (shift .. overlay), not these
+    # compressions and crops; `stability --modalities image=visual` counts them
+    name=FAMILY, row_wise=True, build=build, kind="invariance", variants=tuple(VARIANTS),
+    meta_keys={"*": ("image_op",)},
     checks=("max_flip", "max_drop", "min_acc", "max_ece"),
     summary="JPEG q70/q40/q20, centre crop 95%, seeded crop 90%, rescale x0.5, brightness x0.9/x1.1",
     title="image", short="image",

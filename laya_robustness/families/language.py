@@ -81,6 +81,13 @@ TEMPLATES = {
 }
 
 
+#: What the gate says when a set's questions have no translation (built-in ones cover the fixture templates only).
+WHEN_EMPTY = ("its questions have no built-in translation (only the fixture templates do) and --translations gives "
+              "none; write translations with a language model: python -m laya_robustness variants translate "
+              "--model <chat model> --data <rows> --out translations.jsonl, then pass --translations "
+              "translations.jsonl")
+
+
 def _german_noun(shape: str, case: str) -> str:
     """The German shape with its definite article: nominative ("der Kreis") or after "von" ("vom Kreis")."""
     noun = SHAPES["de"][shape][0]
@@ -185,5 +192,5 @@ declare(Family(
     headline=(AV, V), checks=("max_av", "max_v"), cell=stability_cell,
     summary="the question in French, German, Spanish, Italian, Portuguese (fixture templates) or the user's "
             "languages, asking for an English answer",
-    title="language", short="language",
+    title="language", short="language", when_empty=WHEN_EMPTY,
 ))

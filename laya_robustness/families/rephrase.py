@@ -31,8 +31,10 @@ rephrased. No randomness: ``seed`` is unused.
 :func:`attach_user_variants` reads the user's files: JSONL, one object per line,
 ``{"row_id": ..., "rephrasings": ["...", ...]}`` or ``{"row_id": ..., "translations": {"fr":
 "...", ...}}``, with an optional ``"dataset"`` (without it, every dataset's row of that id gets
-them). Row ids that name no loaded row are skipped (the file may cover rows a sampled run leaves
-out); a bad line raises RowError naming the file, line and field.
+them) and an optional ``"provenance"`` object (how the texts were made; ``python -m laya_robustness
+variants rephrase|translate`` writes these files with a language model). Row ids that name no loaded
+row are skipped (the file may cover rows a sampled run leaves out); a bad line raises RowError naming
+the file, line and field.
 
 >>> rephrasings("Is there a red circle?")
 {'show': 'Does the image show a red circle?', 'see': 'Can you see a red circle in the image?'}
@@ -54,10 +56,19 @@ from laya_robustness.rows import Row, RowError
 FAMILY = "rephrase"
 USER_KEY = "rephrasings"
 TRANSLATIONS_KEY = "translations"
+#: An optional object of a user file's line saying how its texts were made (``python -m laya_robustness variants``
+#: writes the generator's identity and the prompt's hash there); read, not used.
+PROVENANCE = "provenance"
 #: A language code: lower-case ISO 639, optionally with subtags ("fr", "pt-BR").
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[A-Za-z0-9]{2,8})*")
 _IMAGE_WORDS = re.compile(r"\b(image|picture|photo|photograph)\b", re.IGNORECASE)
 _OPPOSITE = {"left": "right", "right": "left", "above": "below", "below": "above"}
+
+
+#: What the gate says when no rule applies to a set's questions and no rephrasing was given.
+WHEN_EMPTY = ("no rule applies to its questions and --rephrasings gives none; write rephrasings with a language "
+              "model: python -m laya_robustness variants rephrase --model <chat model> --data <rows> --out "
+              "rephrasings.jsonl, then pass --rephrasings rephrasings.jsonl")
 
 
 def _match(pattern: str, question: str) -> re.Match | None:
@@ -200,9 +211,11 @@ def read_user_file(path: str | Path, key: str) -> dict[tuple[str | None, str], A
     out: dict[tuple[str | None, str], Any] = {}
     first_line: dict[tuple[str | None, str], int] = {}
     for line_no, record in json_objects(path):
-        unknown = sorted(set(record) - {"row_id", "dataset", key})
+        unknown = sorted(set(record) - {"row_id", "dataset", key, PROVENANCE})
         if unknown:
-            raise RowError(path, line_no, unknown[0], f"unknown field (expected row_id, dataset, {key})")
+            raise RowError(path, line_no, unknown[0], f"unknown field (expected row_id, dataset, {key}, {PROVENANCE})")
+        if not isinstance(record.get(PROVENANCE, {}), dict):
+            raise RowError(path, line_no, PROVENANCE, f"expected an object, got {record[PROVENANCE]!r}")
         row_id, dataset = record.get("row_id"), record.get("dataset")
         if not isinstance(row_id, str) or not row_id:
             raise RowError(path, line_no, "row_id", f"expected a non-empty string, got {row_id!r}")
@@ -253,5 +266,5 @@ declare(Family(
     variants=tuple(f"rule_{name}" for name in RULES) + ("user_*",), meta_keys={"*": ("rephrase",)},
     headline=(AV, V), checks=("max_av", "max_v"), cell=stability_cell,
     summary="the question in other words: general rules over question forms, and the user's rephrasings",
-    title="rephrase", short="rephrase",
+    title="rephrase", short="rephrase", when_empty=WHEN_EMPTY,
 ))

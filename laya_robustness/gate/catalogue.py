@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from laya_robustness.gate import worst
-from laya_robustness.gate.results import INVARIANCE, CheckResult, fmt
+from laya_robustness.gate.results import INVARIANCE, NOT_APPLICABLE, CheckResult, fmt
 
 Cell = Mapping[str, Any]
 PointRule = Callable[[str, str, Cell, float], CheckResult]
@@ -178,7 +178,9 @@ class CheckKind:
     the limit, or -limit when ``negated``. ``what`` and ``rule`` word a failure (``rule`` with
     ``{limit}``); ``worst`` ranks the groups that contribute most to a failure
     (``laya_robustness.gate.worst``). A check in ``point_by_default`` is judged on its point estimate
-    unless a limit asks otherwise.
+    unless a limit asks otherwise. ``needs`` names what the statistic is computed from where a run may lack it
+    (``"probabilities"``): a cell that holds a reason under that key (``records.NO_PROBABILITIES``) makes the
+    check not applicable (:meth:`not_applicable`).
     """
 
     name: str
@@ -193,9 +195,15 @@ class CheckKind:
     worst: Callable
     negated: bool = False
     point_by_default: bool = False
+    needs: str | None = None
 
     def evaluate(self, family: str, dataset: str, cell: Cell, limit: float) -> CheckResult:
-        """The point rule's result for this cell."""
+        """The point rule's result for this cell (not applicable when the cell lacks what the check ``needs``)."""
+        missing = unavailable(self.needs, cell)
+        if missing:
+            return CheckResult(family, dataset, self.name, True, None, limit, None,
+                               f"{self.name} not applicable: {self.what} needs {self.needs}, {missing}",
+                               decision=NOT_APPLICABLE)
         return self.point(family, dataset, cell, limit, check=self.name)
 
     def bound(self, limit: float) -> float:
@@ -213,7 +221,8 @@ _KINDS = (
     CheckKind("min_acc", 0.0, 1.0, _min_acc, "acc", "acc_se", False,
               "accuracy", "accuracy >= {limit}", worst.worst_acc),
     CheckKind("max_ece", 0.0, 1.0, at_most("ece", "ECE"), "ece", "ece_se", True,
-              "ECE", "ECE <= {limit}", worst.worst_ece, point_by_default=True),  # ECE's bootstrap is biased upward
+              "ECE", "ECE <= {limit}", worst.worst_ece, point_by_default=True,  # ECE's bootstrap is biased upward
+              needs="probabilities"),
     CheckKind("max_asr", 0.0, 1.0, at_most("asr", "attack success rate"), "asr", "asr_se", True,
               "attack success rate", "attack success rate <= {limit}", worst.worst_asr),
     CheckKind("min_acc_over_chance", -1.0, 1.0, _min_acc_over_chance, "acc - chance", "acc_se", False,
@@ -240,6 +249,13 @@ CHECKS = tuple(CATALOGUE)
 POINT_BY_DEFAULT = tuple(k.name for k in _KINDS if k.point_by_default)
 #: The checks of a family against a ``--baseline`` (set in ``[gate]``, not per family).
 REGRESSION_CHECKS = ("max_regression", "max_flip_regression")
+
+
+def unavailable(needs: str | None, cell: Mapping[str, Any]) -> str | None:
+    """Why ``cell`` (a summary cell or invariance stats) lacks what a check ``needs`` (the reason it holds under
+    that key, e.g. "not available for a generation-only scorer"), or None when it has it."""
+    reason = cell.get(needs) if needs else None
+    return reason if isinstance(reason, str) else None
 
 
 def unknown(kind: str, name: str, known) -> str:
@@ -279,7 +295,8 @@ def _bitwise(condition: str, stats: Mapping[str, Any], limit) -> CheckResult:
     same = _stat(stats, "bitwise", condition)
     if not isinstance(same, bool):
         raise TypeError(f"invariance/{condition}: stat 'bitwise' must be a bool, got {same!r}")
-    detail = "logits bitwise identical" if same else "logits are not bitwise identical"
+    compared = stats.get("compared", "logits")  # a served model's answers: their texts (and logits, if any)
+    detail = f"{compared} bitwise identical" if same else f"{compared} are not bitwise identical"
     return CheckResult(INVARIANCE, condition, "bitwise", same, float(same), 1.0, None, detail)
 
 
@@ -303,21 +320,33 @@ def _below(key: str) -> Callable:
 @dataclass(frozen=True)
 class InvarianceCheck:
     """One limit an ``[invariance.<condition>]`` table can set: the kind of value it takes (``"bool"``, a count
-    ``"count"`` >= 0, or a strictly positive ``"bound"`` on |d|), its rule and its wording."""
+    ``"count"`` >= 0, or a strictly positive ``"bound"`` on |d|), its rule and its wording; ``needs`` as for
+    :class:`CheckKind` (stats without logits make |dp| and |dlogit| not applicable)."""
 
     name: str
     value: str
-    evaluate: Callable[[str, Mapping[str, Any], Any], CheckResult]
+    rule_of: Callable[[str, Mapping[str, Any], Any], CheckResult]
     what: str
     rule: str
+    needs: str | None = None
+
+    def evaluate(self, condition: str, stats: Mapping[str, Any], limit) -> CheckResult:
+        """The rule's result on the condition's stats (not applicable when they lack what the check ``needs``)."""
+        missing = unavailable(self.needs, stats)
+        if missing:
+            return CheckResult(INVARIANCE, condition, self.name, True, None, float(limit), None,
+                               f"{self.name} not applicable: {self.what} needs {self.needs}, {missing}",
+                               decision=NOT_APPLICABLE)
+        return self.rule_of(condition, stats, limit)
 
 
 _INVARIANCE = (
     InvarianceCheck("bitwise", "bool", _bitwise, "bitwise identical logits (1 = yes, 0 = no)",
                     "logits bitwise identical"),
-    InvarianceCheck("max_abs_dp", "bound", _below("max_abs_dp"), "max |delta p|", "max |delta p| < {limit}"),
+    InvarianceCheck("max_abs_dp", "bound", _below("max_abs_dp"), "max |delta p|", "max |delta p| < {limit}",
+                    needs="probabilities"),
     InvarianceCheck("max_abs_dlogit", "bound", _below("max_abs_dlogit"), "max |delta logit|",
-                    "max |delta logit| < {limit}"),
+                    "max |delta logit| < {limit}", needs="probabilities"),
     InvarianceCheck("max_flips", "count", _max_flips, "argmax flips", "argmax flips <= {limit}"),
 )
 INVARIANCE_CATALOGUE: dict[str, InvarianceCheck] = {k.name: k for k in _INVARIANCE}

@@ -14,7 +14,7 @@ from statistics import NormalDist
 from typing import Any, Callable, Mapping
 
 from laya_robustness.gate.catalogue import CATALOGUE, CHECKS, INVARIANCE_CATALOGUE, INVARIANCE_KEYS, unknown
-from laya_robustness.gate.results import CheckResult, fmt
+from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult, fmt
 
 #: The change a set must be able to tell from none, and the power to tell it with (rows_needed).
 EFFECT, POWER = 0.05, 0.8
@@ -41,7 +41,8 @@ def evaluate_cell(family: str, dataset: str, cell: Mapping[str, Any], limits: Ma
     - min_gap: gap = -delta >= limit and -delta_ci[1] > 0 (the gap's interval excludes 0).
 
     Without a ``judgement`` every limit is judged on these rules (point estimates); with one, the limits it
-    judges on their interval are decided by :func:`judge_on_interval` instead.
+    judges on their interval are decided by :func:`judge_on_interval` instead. A check whose statistic the cell
+    cannot have (``max_ece`` without probabilities) is ``NOT_APPLICABLE``, saying why.
     A metric the cell lacks (or holds as None) raises KeyError naming it; an unknown check raises ValueError.
     """
     for check in limits:
@@ -51,7 +52,7 @@ def evaluate_cell(family: str, dataset: str, cell: Mapping[str, Any], limits: Ma
     for name, kind in CATALOGUE.items():
         if name in limits:
             result = kind.evaluate(family, dataset, cell, float(limits[name]))
-            if judgement is not None and judgement.judge(name) == "interval":
+            if judgement is not None and judgement.judge(name) == "interval" and result.decision != NOT_APPLICABLE:
                 result = judge_on_interval(result, cell, judgement.alpha_each)
             out.append(result)
     return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from laya_robustness.gate.results import CheckResult
+from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
 
 PASS, FAIL, XFAIL, XPASS = "pass", "fail", "xfail", "xpass"
 
@@ -34,7 +34,8 @@ class Verdict:
 
     ``failures``: the failed checks that are not known limitations; ``expected``: (check, reason) of
     the known limitations that still fail or are borderline (undecided); ``fixed``: the known limitations
-    whose check now passes; ``undecided``: the checks the evidence decides neither way.
+    whose check now passes; ``undecided``: the checks the evidence decides neither way; ``not_applicable``: the
+    checks the run cannot have the statistic of (they decide nothing; a cell of them alone is NOT_APPLICABLE).
     """
 
     outcome: str
@@ -42,6 +43,7 @@ class Verdict:
     expected: tuple[tuple[CheckResult, str], ...] = ()
     fixed: tuple[CheckResult, ...] = ()
     undecided: tuple[CheckResult, ...] = ()
+    not_applicable: tuple[CheckResult, ...] = ()
 
 
 def cell_verdict(results: Sequence[CheckResult], known: Callable[[str], str | None]) -> Verdict:
@@ -49,11 +51,15 @@ def cell_verdict(results: Sequence[CheckResult], known: Callable[[str], str | No
     known limitation of that check on this cell, or None.
 
     fail when a check fails that is not a known limitation (whatever else holds); else xpass when a
-    known limitation now passes; else xfail when a known limitation still fails; else pass.
+    known limitation now passes; else xfail when a known limitation still fails; else pass; and
+    NOT_APPLICABLE when every check is.
     """
     failures, expected, fixed = [], [], []
+    inapplicable = tuple(r for r in results if r.decision == NOT_APPLICABLE)
     for r in results:
         reason = known(r.check)
+        if r.decision == NOT_APPLICABLE:
+            continue
         if reason is not None and r.decision == "undecided":
             expected.append((r, f"borderline (the evidence decides neither way: {r.detail}); declared: {reason}"))
         elif reason is not None and not r.passed:
@@ -63,5 +69,7 @@ def cell_verdict(results: Sequence[CheckResult], known: Callable[[str], str | No
         elif not r.passed:
             failures.append(r)
     outcome = FAIL if failures else XPASS if fixed else XFAIL if expected else PASS
+    if results and len(inapplicable) == len(results):
+        outcome = NOT_APPLICABLE
     undecided = tuple(r for r in results if r.decision == "undecided")
-    return Verdict(outcome, tuple(failures), tuple(expected), tuple(fixed), undecided)
+    return Verdict(outcome, tuple(failures), tuple(expected), tuple(fixed), undecided, inapplicable)

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from typing import Iterable, Mapping
 
 from laya_robustness.answers import answer_of, is_correct, is_scored
+from laya_robustness.records import option_count
 
 Record = Mapping[str, object]
 GroupKey = tuple[str, str]
@@ -135,7 +136,7 @@ def _scored_origs(records: Iterable[Record], orig_records: Iterable[Record]) -> 
 def chance_rate(records: Iterable[Record], orig_records: Iterable[Record]) -> float | None:
     """Chance accuracy: (1/G) sum_g 1 / k_g, k_g = number of options of group g's orig row."""
     origs = _scored_origs(records, orig_records)
-    return sum(1.0 / len(r["logits"]) for r in origs) / len(origs) if origs else None
+    return sum(1.0 / option_count(r) for r in origs) / len(origs) if origs else None
 
 
 def majority_rate(records: Iterable[Record], orig_records: Iterable[Record]) -> float | None:

@@ -35,7 +35,13 @@ def calibrated_probs(logits: Sequence[float], primitive: str, temperatures: Mapp
 
 
 def bin_indices(confidences: Sequence[float], n_bins: int = N_BINS) -> np.ndarray:
-    """The bin of each confidence: bin b holds (b/n_bins, (b+1)/n_bins]; bin 0 also holds 0.
+    """The bin of each confidence: bin b holds (e_b, e_{b+1}], e_k = k / n_bins; bin 0 also holds 0.
+
+    The bins are closed on the right. The edges are float64 ``k / n_bins`` (the double nearest k/15), and a
+    confidence is compared with them as the double it is: a value equal to edge e_k (k >= 1) belongs to the
+    bin below it, b = k - 1, the next double above e_k to bin k. So 0.0 and every value in (0, 1/15] are
+    bin 0, 0.2 (= 3/15) is bin 2 with 0.19 and not bin 3 with 0.21, and a maximum probability of exactly
+    1.0 (a softmax that rounds to one-hot) is the top bin, b = n_bins - 1, with (14/15, 1).
 
     >>> bin_indices([0.0, 1 / 15, 0.5, 1.0]).tolist()
     [0, 0, 7, 14]
@@ -53,7 +59,8 @@ def ece(confidences: Sequence[float], correct: Sequence[bool], n_bins: int = N_B
     """Expected calibration error with equal-width bins on the max probability.
 
     ECE = sum_b (n_b / n) * |acc_b - conf_b| = sum_b |sum_{i in b} (correct_i - conf_i)| / n,
-    where bin b holds confidences in (b/n_bins, (b+1)/n_bins] and bin 0 also holds 0.
+    where bin b holds confidences in (b/n_bins, (b+1)/n_bins] and bin 0 also holds 0: a value on an edge
+    k/n_bins goes to the bin below it, a confidence of exactly 1.0 to the top bin (:func:`bin_indices`).
 
     >>> round(ece([0.9, 0.9, 0.6, 0.6], [True, False, True, True]), 6)
     0.4

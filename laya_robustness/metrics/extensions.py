@@ -33,7 +33,9 @@ injection_cell (inject_text, inject_image: acc and delta_acc over the family, th
   delta_p_target = mean (p_t - p_o,t) over every paired row
 
 Every mean is over rows (each group has at most one row per variant) and None when it has
-no row; n_rows counts a cell's (or variant's) rows. The caller passes the cell's records in the
+no row; a probability- or logit-based mean (p_max, P_yes, logit_diff_shift, delta_p_target) is over the rows that
+have them, so it is None for a generation-only scorer (a served model without probabilities); n_rows counts a
+cell's (or variant's) rows. The caller passes the cell's records in the
 summary's canonical order and ``orig``, the orig record of every group (metrics.accuracy.orig_by_group).
 
 >>> orig = dict(row_id="d/1", group_id="d/1", cluster="c", dataset="d", family="orig", variant="orig",
@@ -51,7 +53,7 @@ from itertools import combinations
 from typing import Any, Iterable, Mapping, Sequence
 
 from laya_robustness.metrics.accuracy import GroupKey, group_accuracy, group_key, paired_delta
-from laya_robustness.metrics.headline import index_map
+from laya_robustness.metrics.headline import index_map, mapped_answer
 
 Record = Mapping[str, Any]
 Orig = Mapping[GroupKey, Record]
@@ -75,6 +77,11 @@ def _paired(rows: Sequence[Record], orig: Orig) -> list[tuple[Record, Record]]:
     return [(r, orig[group_key(r)]) for r in rows if group_key(r) in orig]
 
 
+def _with_probs(pairs: Sequence[tuple[Record, Record]]) -> list[tuple[Record, Record]]:
+    """The pairs whose two records both have probabilities (none of a generation-only scorer's do)."""
+    return [(r, o) for r, o in pairs if r["probs"] and o["probs"]]
+
+
 def _by_variant(rows: Sequence[Record]) -> dict[str, list[Record]]:
     """variant -> its rows, variants in sorted order."""
     out: dict[str, list[Record]] = defaultdict(list)
@@ -95,6 +102,8 @@ def _logit_shift(record: Record, o: Record, mapping: Sequence[int | None]) -> fl
     """Mean |change| of z_i - z_j over the pairs of original options present in both rows."""
     pos = {i: j for j, i in enumerate(mapping) if i is not None}
     z, z0 = record["logits"], o["logits"]
+    if not z or not z0:
+        return None  # a generation-only scorer's records have no logits
     if any(not 0 <= i < len(z0) for i in pos):
         raise ValueError(f"{record['row_id']}: meta maps to an option the orig row does not have: {mapping}")
     shifts = [abs((z[pos[a]] - z[pos[b]]) - (z0[a] - z0[b])) for a, b in combinations(sorted(pos), 2)]
@@ -106,7 +115,7 @@ def _option_set_variant(variant: str, rows: list[Record], orig: Orig) -> dict:
     for r, o in _paired(rows, orig):
         mapping = index_map(r)
         if o["argmax"] in mapping:
-            flips.append(mapping[r["argmax"]] != o["argmax"])
+            flips.append(mapped_answer(r, mapping) != o["argmax"])
         shift = _logit_shift(r, o, mapping)
         if shift is not None:
             shifts.append(shift)
@@ -124,7 +133,7 @@ def option_set_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int] 
 
 
 def _p_max_cell(rows: Sequence[Record]) -> dict:
-    p_max = [max(r["probs"]) for r in rows]
+    p_max = [max(r["probs"]) for r in rows if r["probs"]]
     return {
         "n_rows": len(rows),
         "p_max_mean": _mean(p_max),
@@ -159,7 +168,7 @@ def _noul_to_choice(rows: Sequence[Record], orig: Orig) -> dict:
     pairs = _paired(rows, orig)
     return {
         "n_paired": len(pairs),
-        "mean_abs_delta_p_yes": _mean(abs(o["probs"][YES] - r["probs"][YES]) for r, o in pairs),
+        "mean_abs_delta_p_yes": _mean(abs(o["probs"][YES] - r["probs"][YES]) for r, o in _with_probs(pairs)),
         "argmax_agreement": _mean(r["argmax"] == o["argmax"] for r, o in pairs),
     }
 
@@ -181,10 +190,11 @@ def _choice_to_noul(rows: Sequence[Record], orig: Orig) -> dict:
     agree, one_yes = [], []
     for g, parts in _complete_splits(rows).items():
         if g in orig:
-            p_yes = [r["probs"][YES] for r in parts]
-            agree.append(p_yes.index(max(p_yes)) == orig[g]["argmax"])
+            if all(r["probs"] for r in parts):
+                p_yes = [r["probs"][YES] for r in parts]
+                agree.append(p_yes.index(max(p_yes)) == orig[g]["argmax"])
             one_yes.append(sum(r["argmax"] == YES for r in parts) == 1)
-    return {"n_groups": len(agree), "argmax_agreement": _mean(agree), "exactly_one_yes": _mean(one_yes)}
+    return {"n_groups": len(one_yes), "argmax_agreement": _mean(agree), "exactly_one_yes": _mean(one_yes)}
 
 
 def form_choice_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int] | None = None) -> dict:
@@ -201,7 +211,7 @@ def form_choice_cell(rows: Sequence[Record], orig: Orig, boot: Mapping[str, int]
 
 def _negation_stats(rows: Sequence[Record], orig: Orig) -> dict:
     pairs = _paired(rows, orig)
-    sums = [o["probs"][YES] + r["probs"][YES] for r, o in pairs]
+    sums = [o["probs"][YES] + r["probs"][YES] for r, o in _with_probs(pairs)]
     low, high = COMPLEMENT_BAND
     return {
         "n_rows": len(rows),
@@ -231,7 +241,7 @@ def _attack(rows: Sequence[Record], orig: Orig) -> dict:
         **_acc_cell(rows, orig),
         "n_attackable": len(attackable),
         "asr": _mean(r["argmax"] == t for r, t in attackable),
-        "delta_p_target": _mean(r["probs"][t] - o["probs"][t] for r, o, t in targets),
+        "delta_p_target": _mean(r["probs"][t] - o["probs"][t] for r, o, t in targets if r["probs"] and o["probs"]),
     }
 
 

@@ -24,10 +24,11 @@ import numpy as np
 
 from laya_robustness.metrics.calibration import ece
 from laya_robustness.metrics import rounded
-from laya_robustness.records import Record
+from laya_robustness.records import NO_PROBABILITIES, Record, generation_only
 from laya_robustness.rng import keyed_rng
 
 SIMS = 200
+FLOOR_KEYS = ("ece", "floor_mean", "floor_p95", "clustered_mean", "clustered_p95", "ratio")
 
 
 def _eces(confidences: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -74,17 +75,24 @@ def ece_floor(
 def floor_block(records: Iterable[Mapping[str, Any]], sims: int = SIMS, seed: int = 0) -> dict:
     """``{family: {dataset: {"ece", "floor_mean", "floor_p95", "clustered_mean", "clustered_p95", "ratio"}}}``.
 
-    Per family and dataset, over the rows with a label (label -1 left out): confidence =
-    max(probs), correct = [argmax == label]; ratio = ece / floor_mean (None when the floor is 0).
+    Per family and dataset, over the rows with a label and probabilities (label -1, open-answer rows and
+    a generation-only scorer's rows left out): confidence =
+    max(probs), correct = [argmax == label]; ratio = ece / floor_mean (None when the floor is 0). A cell of a
+    generation-only scorer's rows holds None for each and ``probabilities``: why.
     The floor of a cell is keyed by (family, dataset). Floats rounded to 6 d.p.
     """
     cells: dict[tuple[str, str], list[tuple[str, str, float, bool]]] = defaultdict(list)
+    unavailable: set[tuple[str, str]] = set()
     for i, r in enumerate(records):
         Record.parse(r, f"record {i}")
-        if r["label"] >= 0:
+        if r["label"] >= 0 and r["probs"]:
             row = (r["row_id"], r["cluster"], max(r["probs"]), r["argmax"] == r["label"])
             cells[(r["family"], r["dataset"])].append(row)
+        elif generation_only(r):  # no confidence to redraw from: the cell says so
+            unavailable.add((r["family"], r["dataset"]))
     out: dict[str, dict[str, dict]] = {}
+    for family, dataset in sorted(unavailable - set(cells)):
+        out.setdefault(family, {})[dataset] = {**dict.fromkeys(FLOOR_KEYS), "probabilities": NO_PROBABILITIES}
     for (family, dataset), rows in sorted(cells.items()):
         rows.sort()
         conf = [c for _, _, c, _ in rows]

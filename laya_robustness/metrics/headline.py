@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from laya_robustness.metrics.accuracy import GroupKey, group_flips, group_key, group_means, paired_deltas
+from laya_robustness.records import UNPARSED_ANSWER, option_count
 
 Units = list[tuple[str, float]]
 Orig = Mapping[GroupKey, Mapping[str, Any]]
@@ -96,9 +97,15 @@ def index_map(r: Mapping[str, Any]) -> list[int | None]:
     if key not in meta:
         raise ValueError(f"{r['row_id']}: meta lacks {key!r} (needed to map answers back to the orig options)")
     mapping = list(meta[key])
-    if len(mapping) != len(r["logits"]):
-        raise ValueError(f"{r['row_id']}: meta {key!r} has {len(mapping)} entries for {len(r['logits'])} options")
+    if len(mapping) != option_count(r):
+        raise ValueError(f"{r['row_id']}: meta {key!r} has {len(mapping)} entries for {option_count(r)} options")
     return mapping
+
+
+def mapped_answer(r: Mapping[str, Any], mapping: Sequence[int | None]) -> int | None:
+    """The row's answer as an index of the orig row's options (None: an option the orig row did not have); an
+    unparsed answer stays ``UNPARSED_ANSWER``, its own answer."""
+    return UNPARSED_ANSWER if r["argmax"] == UNPARSED_ANSWER else mapping[r["argmax"]]
 
 
 def _label_flip_units(rows, orig) -> Units:
@@ -109,7 +116,7 @@ def _label_flip_units(rows, orig) -> Units:
             continue
         mapping = index_map(r)
         if o["argmax"] in mapping:
-            out.append((r["cluster"], float(mapping[r["argmax"]] != o["argmax"])))
+            out.append((r["cluster"], float(mapped_answer(r, mapping) != o["argmax"])))
     return out
 
 

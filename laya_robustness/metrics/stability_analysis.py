@@ -28,6 +28,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from laya_robustness.answers import answer_of, is_correct, is_scored
+from laya_robustness.metrics.information import BINNINGS, auto_levels, cmi_ratio
 from laya_robustness.records import PredictionError, Record, parse_records
 
 #: The modalities in table order (the paper's V, P, L); a family's declaration names its own.
@@ -38,10 +39,8 @@ SHORT = {"visual": "V", "phrasing": "P", "language": "L", "visual+phrasing": "V+
 TABLE7_TYPES = ("phrasing", "visual", "language", "visual+phrasing", "all")
 #: Width (nats) of the positive bins of the entropy histogram; its first bin is H = 0 exactly.
 HIST_WIDTH = 0.25
-#: Bin counts of the mutual-information ratio (the paper uses 10) and of its sensitivity check.
-N_BINS = 10
-BIN_SENSITIVITY = (5, 10, 20)
-BINNINGS = ("quantile", "width")
+#: The levels per variable at which the mutual-information ratio is also given (its sensitivity check).
+LEVEL_SENSITIVITY = (2, 3, 5, 10)
 
 
 # -- answers and correctness ------------------------------------------------------------------------
@@ -364,133 +363,36 @@ def correlation_table(group: Sequence[Sample], modalities: Sequence[str]) -> dic
 # -- Sec. 5.2.1: the conditional mutual information ratio -----------------------------------------------------
 
 
-def discretize(values: Sequence[float], n_bins: int, binning: str = "quantile") -> np.ndarray:
-    """Bin index in [0, n_bins) of every value.
-
-    ``quantile`` (equal frequency): edges q_j = the j/n_bins quantiles of the values (numpy's linear
-    rule), j = 1..n_bins-1, duplicates dropped; bin = #{edges < x}, so bins are right-closed
-    (-inf, q_1], (q_1, q_2], ..., equal values always share a bin, and an atom (H = 0 for most
-    samples) gets one bin while the rest is split into equally filled ones. ``width``: n_bins equal
-    intervals of [min, max], bin = min(floor((x - min) / w), n_bins - 1); a constant variable is one bin.
-
-    >>> discretize([0, 0, 0, 0, 0, 0, 1, 2, 3, 4], 5).tolist()
-    [0, 0, 0, 0, 0, 0, 2, 2, 3, 3]
-    >>> discretize([0.0, 0.5, 1.0, 0.9], 2, "width").tolist()
-    [0, 1, 1, 1]
-    """
-    if not (isinstance(n_bins, int) and n_bins >= 1):
-        raise ValueError(f"n_bins must be an int >= 1, got {n_bins!r}")
-    if binning not in BINNINGS:
-        raise ValueError(f"binning must be one of {', '.join(BINNINGS)}, got {binning!r}")
-    x = np.asarray(values, dtype=float)
-    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
-        raise ValueError("need a non-empty 1-D sequence of finite numbers")
-    if binning == "quantile":
-        edges = np.unique(np.quantile(x, np.arange(1, n_bins) / n_bins))
-        return np.searchsorted(edges, x, side="left")
-    lo, hi = float(x.min()), float(x.max())
-    if hi == lo:
-        return np.zeros(x.size, dtype=int)
-    return np.minimum(np.floor((x - lo) / ((hi - lo) / n_bins)).astype(int), n_bins - 1)
+def _no_pair(n: int) -> dict:
+    return {"levels": None, "n_samples": n, "mi": None, "cmi": None, "ratio": None, "mi_ci": None, "cmi_ci": None,
+            "ratio_ci": None, "plugin": {"mi": None, "cmi": None, "ratio": None}, "readable": False,
+            "unreadable": f"{n} sample(s) have both entropies and a confidence: too few", "sensitivity": {}}
 
 
-def _codes(labels: Sequence[Hashable]) -> np.ndarray:
-    return np.unique(np.asarray(labels), return_inverse=True)[1].ravel()
-
-
-def _joint(x: Sequence[Hashable], y: Sequence[Hashable]) -> np.ndarray:
-    cx, cy = _codes(x), _codes(y)
-    if cx.shape != cy.shape or cx.size == 0:
-        raise ValueError(f"need two non-empty label sequences of one length, got {cx.size} and {cy.size}")
-    joint = np.zeros((cx.max() + 1, cy.max() + 1))
-    np.add.at(joint, (cx, cy), 1.0)
-    return joint
-
-
-def mutual_information(x: Sequence[Hashable], y: Sequence[Hashable], miller_madow: bool = False) -> float:
-    """I(X; Y) = sum_{x,y} p(x,y) ln(p(x,y) / (p(x) p(y))) of two discrete variables, with the empirical
-    (plug-in) probabilities; nats.
-
-    ``miller_madow`` subtracts the first-order bias of the plug-in estimate,
-    (m_xy - m_x - m_y + 1) / 2n with m the numbers of non-empty cells (Miller-Madow applied to
-    I = H(X) + H(Y) - H(X, Y)); that estimate can be negative.
-
-    >>> round(mutual_information([0, 0, 1, 1], [0, 0, 1, 1]), 4)  # = H(X) = ln 2
-    0.6931
-    >>> mutual_information([0, 1, 0, 1], [0, 0, 1, 1]), mutual_information([0, 1, 0, 1], [0, 0, 1, 1], True)
-    (0.0, -0.125)
-    """
-    joint = _joint(x, y)
-    n = float(joint.sum())
-    p = joint / n
-    px, py = p.sum(axis=1, keepdims=True), p.sum(axis=0, keepdims=True)
-    nz = p > 0
-    mi = max(0.0, float(np.sum(p[nz] * np.log(p[nz] / (px @ py)[nz]))))
-    if miller_madow:
-        mi -= (int(nz.sum()) - int((px > 0).sum()) - int((py > 0).sum()) + 1) / (2.0 * n)
-    return mi
-
-
-def conditional_mutual_information(x: Sequence[Hashable], y: Sequence[Hashable], z: Sequence[Hashable],
-                                   miller_madow: bool = False) -> float:
-    """I(X; Y | Z) = sum_z p(z) I(X; Y | Z = z), each term the mutual information within stratum z
-    (:func:`mutual_information`, plug-in or Miller-Madow on the stratum's own count).
-
-    >>> conditional_mutual_information([0, 0, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1])  # Z explains everything
-    0.0
-    """
-    cz = _codes(z)
-    xs, ys = np.asarray(x), np.asarray(y)
-    if not (xs.shape == ys.shape == cz.shape):
-        raise ValueError(f"need three label sequences of one length, got {xs.shape}, {ys.shape}, {cz.shape}")
-    total = 0.0
-    for k in range(cz.max() + 1):
-        sel = cz == k
-        total += float(sel.sum()) / cz.size * mutual_information(xs[sel], ys[sel], miller_madow)
-    return total
-
-
-def mi_ratio(h_v: Sequence[float], h_t: Sequence[float], conf: Sequence[float], n_bins: int = N_BINS,
-             binning: str = "quantile") -> dict:
-    """I(H_V; H_T | C) / I(H_V; H_T) with each variable discretised into ``n_bins`` bins (:func:`discretize`).
-
-    The ratio is the share of the dependence between the two entropies that the confidence does not
-    explain (Sec. 5.2.1). ``mi``, ``cmi``, ``ratio`` use the plug-in estimates (the paper's "discrete
-    mutual information directly"): they are biased upward by about (bins_x - 1)(bins_y - 1) / 2n per
-    stratum, which inflates the conditional term most (n / n_bins samples per stratum), so on a few
-    hundred samples the ratio can exceed 1. ``mi_mm``, ``cmi_mm``, ``ratio_mm`` are the Miller-Madow
-    corrected estimates. A ratio is None when its denominator is <= 0 (no dependence to explain).
-    """
-    bv, bt, bc = (discretize(v, n_bins, binning) for v in (h_v, h_t, conf))
-    out = {}
-    for suffix, mm in (("", False), ("_mm", True)):
-        mi = mutual_information(bv, bt, mm)
-        cmi = conditional_mutual_information(bv, bt, bc, mm)
-        out.update({f"mi{suffix}": mi, f"cmi{suffix}": cmi, f"ratio{suffix}": cmi / mi if mi > 1e-12 else None})
-    return out
-
-
-def cmi_table(group: Sequence[Sample], modalities: Sequence[str], n_bins: int = N_BINS,
-              bin_sensitivity: Sequence[int] = BIN_SENSITIVITY, binning: str = "quantile") -> dict:
-    """The ratio I(H_V; H_T | C) / I(H_V; H_T) for each textual modality T (phrasing, language) present
-    with visual, over the samples having both and a confidence, at ``n_bins`` and at each of
-    ``bin_sensitivity`` (:func:`mi_ratio`)."""
-    out: dict[str, Any] = {"binning": binning, "bins": n_bins, "pairs": {}}
+def cmi_table(group: Sequence[Sample], modalities: Sequence[str], *, levels: int | None = None,
+              level_sensitivity: Sequence[int] = LEVEL_SENSITIVITY, binning: str = "quantile", seed: int = 0) -> dict:
+    """The ratio I(H_V; H_T | C) / I(H_V; H_T) for each textual modality T (phrasing, language) present with
+    visual, over the samples having both and a confidence: the chance-adjusted estimate with its interval at
+    ``levels`` (None: ``metrics.information.auto_levels``) and, under ``sensitivity``, at each of
+    ``level_sensitivity`` (``metrics.information.cmi_ratio``, resampled with the keys dataset, T, levels)."""
+    out: dict[str, Any] = {"estimator": "chance-adjusted", "binning": binning,
+                           "levels": "auto" if levels is None else levels, "pairs": {}}
     if "visual" not in modalities:
         return out
     for t in (m for m in modalities if m != "visual"):
         both = [s for s in group if "visual" in s.entropy and t in s.entropy and s.confidence is not None]
         if len(both) < 2:
-            out["pairs"][t] = {"mi": None, "cmi": None, "ratio": None, "mi_mm": None, "cmi_mm": None,
-                               "ratio_mm": None, "n_samples": len(both), "sensitivity": {}, "sensitivity_mm": {}}
+            out["pairs"][t] = _no_pair(len(both))
             continue
         h_v, h_t, conf = ([s.entropy["visual"] for s in both], [s.entropy[t] for s in both],
                           [s.confidence for s in both])
-        main = mi_ratio(h_v, h_t, conf, n_bins, binning)
-        others = {b: mi_ratio(h_v, h_t, conf, b, binning) for b in bin_sensitivity}
-        out["pairs"][t] = {**main, "n_samples": len(both),
-                           "sensitivity": {str(b): r["ratio"] for b, r in others.items()},
-                           "sensitivity_mm": {str(b): r["ratio_mm"] for b, r in others.items()}}
+        runs: dict[int, dict] = {}
+        for n_levels in (levels or auto_levels(len(both)), *level_sensitivity):
+            if n_levels not in runs:
+                runs[n_levels] = cmi_ratio(h_v, h_t, conf, levels=n_levels, binning=binning, seed=seed,
+                                           keys=(both[0].dataset, t, n_levels))
+        sensitivity = {str(n): {k: runs[n][k] for k in ("ratio", "ratio_ci", "readable")} for n in level_sensitivity}
+        out["pairs"][t] = {**next(iter(runs.values())), "sensitivity": sensitivity}
     return out
 
 
@@ -498,12 +400,13 @@ def cmi_table(group: Sequence[Sample], modalities: Sequence[str], n_bins: int = 
 
 
 def stability_analysis(records: Iterable[Any], modality_of: Mapping[str, str | None], *,
-                       n_bins: int = N_BINS, bin_sensitivity: Sequence[int] = BIN_SENSITIVITY,
-                       binning: str = "quantile") -> dict:
+                       levels: int | None = None, level_sensitivity: Sequence[int] = LEVEL_SENSITIVITY,
+                       binning: str = "quantile", seed: int = 0) -> dict:
     """Every one-model stability analysis, per dataset: ``{dataset: block}`` (JSON-ready, deterministic).
 
     Only datasets with a variant of some modality appear. A block holds ``n_samples`` (groups with an
-    orig record), ``n_groups_without_orig``, ``modalities`` and ``families`` (per modality), the
+    orig record), ``n_groups_without_orig``, ``modalities``, ``families`` (the families each modality
+    counted) and ``families_not_counted`` (the dataset's other scored families, without a modality), the
     ``stable_shares`` and ``entropy_histogram`` of Fig. 3, ``by_category`` (Table 5),
     ``accuracy_given_stability`` (Table 7), ``correlations`` (Table 8) and ``cmi`` (Sec. 5.2.1).
     Undefined numbers are None. ``modality_of`` maps a family to its modality (``families.modalities()``).
@@ -522,18 +425,20 @@ def stability_analysis(records: Iterable[Any], modality_of: Mapping[str, str | N
         modalities = present_modalities(group)
         if not modalities:
             continue
-        families = {m: sorted({r.family for r in records if r.dataset == dataset and modality_of.get(r.family) == m})
-                    for m in modalities}
+        scored = {r.family for r in records if r.dataset == dataset and not r.is_orig}
+        families = {m: sorted(f for f in scored if modality_of.get(f) == m) for m in modalities}
         out[dataset] = {
             "n_samples": len(group),
             "n_groups_without_orig": len(groups_by_dataset[dataset]) - len(group),
             "modalities": list(modalities),
             "families": families,
+            "families_not_counted": sorted(f for f in scored if modality_of.get(f) is None),
             "stable_shares": stable_shares(group, modalities),
             "entropy_histogram": entropy_histogram(group, modalities),
             "by_category": category_table(group, modality_of),
             "accuracy_given_stability": accuracy_given_stability(group, modalities),
             "correlations": correlation_table(group, modalities),
-            "cmi": cmi_table(group, modalities, n_bins, bin_sensitivity, binning),
+            "cmi": cmi_table(group, modalities, levels=levels, level_sensitivity=level_sensitivity, binning=binning,
+                             seed=seed),
         }
     return out

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
-from laya_robustness.pytest_plugin.session import GPU_DEVICE, RobustnessSession
-from laya_robustness.run.errors import HarnessError
+from laya_robustness.pytest_plugin.selection import device_scopes, narrowed_by
+from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
+from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError
+from laya_robustness.run.lock import ReportDirInUse
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
+#: A report folder that cannot be written for these reasons is a bad --report-dir (exit 4); others (a full disk) are 3.
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST)
 MARKERS = {
     "gpu": "needs a CUDA device; skips with a reason where there is none",
     "invariance": "a repeat / batch invariance condition",
@@ -62,14 +68,30 @@ def pytest_configure(config: pytest.Config) -> None:
         session.kept_freed_memory = keep_freed_memory()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
-        return ""
+        return []
+    from laya_robustness.pytest_plugin.terminal import prefix_sharing_line
+
     if session.kept_freed_memory:
-        return "laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"
-    why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
-    return f"laya-robustness: malloc left as it is ({why})"
+        lines = ["laya-robustness: malloc keeps freed memory for reuse (--keep-freed-memory yes)"]
+    else:
+        why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
+        lines = [f"laya-robustness: malloc left as it is ({why})"]
+    if session.served:
+        lines.append(f"laya-robustness: {session.served_capability()}")
+    sharing = prefix_sharing_line(session.settings)
+    return lines + ([sharing] if sharing else [])
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A served model's endpoint is reached once, before anything is collected: a dead one ends the run at once.
+    state = session.config.stash.get(SESSION_KEY, None)
+    if state is not None and state.served and not _is_worker(session.config):
+        unreachable = state.endpoint_unreachable()
+        if unreachable:
+            pytest.exit(f"harness error (exit 3, not a gate failure): {unreachable}", returncode=EXIT_HARNESS)
 
 
 def robustness_session(config: pytest.Config) -> RobustnessSession:
@@ -82,6 +104,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # embedded default) before pytest's own unconfigure runs its garbage collections; freed here by
     # reference counting it costs a fraction of what the interpreter's shutdown would spend on it.
     if SESSION_KEY in config.stash:
+        config.stash[SESSION_KEY].release_report_dir()
         del config.stash[SESSION_KEY]
 
 
@@ -95,7 +118,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "caption_set" in metafunc.fixturenames:
         sets = session.caption_sets_for_collection()
         if not sets:
-            reason = ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
+            reason = session.served_without_dual("this family") if session.served and session.dual_model is None \
+                else ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
                       "--model, or --dual-model)")
             sets = [pytest.param("none", marks=pytest.mark.skip(reason=reason))]
         metafunc.parametrize("caption_set", sets)
@@ -112,15 +136,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("slow") is not None:
                 item.add_marker(skip)
     session = robustness_session(config)
-    if session.usage_error is not None or any("robustness" in getattr(i, "fixturenames", ()) for i in items):
+    gate_items = any("robustness" in getattr(i, "fixturenames", ()) for i in items)
+    if session.usage_error is not None or gate_items:
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
+    if gate_items and not config.option.collectonly:
+        _claim_report_dir(config, session, items)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
+
+
+def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: list[pytest.Item]) -> None:
+    """Hold --report-dir for this run before any test scores: another run there, or a folder that cannot be
+    written, stops the run (exit 4, or 3 for a full disk) naming it. An xdist worker cannot stop the run from
+    its collection: it runs none of its tests and tells the controller, which stops with that status."""
+    try:
+        session.claim_report_dir()
+        return
+    except ReportDirInUse as exc:
+        status, message = EXIT_USAGE, f"--report-dir: {exc}"
+    except OSError as exc:
+        status = EXIT_USAGE if exc.errno in UNWRITABLE else EXIT_HARNESS
+        message = f"--report-dir: cannot write in {session.report_dir}: {exc}"
+    if not _is_worker(config):
+        if status == EXIT_USAGE:
+            raise pytest.UsageError(message)
+        pytest.exit(message, returncode=status)
+    session.start_error = (status, message)
+    config.hook.pytest_deselected(items=list(items))
+    items[:] = []
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is None:
         return
+    if robustness_session(item.config).served and "robustness" in getattr(item, "fixturenames", ()):
+        pytest.skip("a served model runs on its server's devices: its gate runs once, in the tests not marked gpu")
     import torch
 
     if not torch.cuda.is_available():
@@ -139,6 +189,8 @@ def pytest_runtest_call(item: pytest.Item):
     try:
         return (yield)
     except HarnessError as exc:
+        if exc.stops_run:  # nothing more can be scored (an unreachable endpoint): stop after this test
+            item.session.shouldfail = f"the run stopped: {exc}"
         pytest.fail(f"harness error (not a gate failure): {exc}", pytrace=False)
 
 
@@ -153,6 +205,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    # the workers share the controller's run: its lock of --report-dir, its journal names
+    node.workerinput[RUN_KEY] = robustness_session(node.config).run.as_dict()
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     from laya_robustness.pytest_plugin.xdist import PAYLOAD_KEY, merge_payload
 
@@ -161,8 +219,9 @@ def pytest_testnodedown(node, error) -> None:
         merge_payload(robustness_session(node.config), payload)
 
 
-def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors) -> str | None:
-    """Why this run's reports do not cover what it set out to do, or None when it finished."""
+def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors, scopes=None) -> str | None:
+    """Why this run's reports do not cover what it set out to do (``scopes``: each device's
+    ``laya_robustness.run.scope.Scope``), or None when it finished and judged every cell it asks for."""
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
         return f"the run ended with exit status {int(exitstatus)} ({pytest.ExitCode(exitstatus).name})"
     if harness_errors:
@@ -170,6 +229,9 @@ def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors) 
     stopped = session.shouldstop or session.shouldfail
     if stopped:
         return f"stopped early: {stopped}"
+    for device, scope in sorted((scopes or {}).items()):
+        if not scope.complete:
+            return f"on {device} {scope.shortfall}"
     return None
 
 
@@ -194,15 +256,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         session.config.workeroutput[PAYLOAD_KEY] = worker_payload(state)
         return
+    if state.start_error is not None:  # an xdist worker could not claim --report-dir: nothing ran
+        session.exitstatus = state.start_error[0]
+        return
     if state.deferred_snapshots and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         _compare_deferred_snapshots(session, state)
-    state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors)
     if state.records or state.invariance_results:
-        from laya_robustness.pytest_plugin.reports import finish_reports
-
-        state.written = finish_reports(state)
+        stopped = bool(session.shouldstop or session.shouldfail)
+        state.scopes = device_scopes(state, narrowed_by(session.config, state.families, stopped))
+    state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors, state.scopes)
+    if state.records or state.invariance_results:
+        _write_reports(state)
     if state.harness_errors:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _write_reports(state: RobustnessSession) -> None:
+    """The reports, once the run is sure it still holds --report-dir (under xdist the controller claims it here)."""
+    from laya_robustness.pytest_plugin.reports import finish_reports
+
+    try:
+        state.claim_report_dir()
+    except (ReportDirInUse, OSError) as exc:
+        state.harness_errors.append(f"the reports were not written: {exc}")
+        return
+    state.written = finish_reports(state)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -24,12 +24,17 @@ from laya_robustness.embedded import (
 from laya_robustness.families import default_families, family_names
 from laya_robustness.gate.limits import resolve_limitations
 from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
+from laya_robustness.scoring.factory import SERVED_SCORER
+from laya_robustness.scoring.served import endpoint_parts
 
 PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
 SCORING_PATHS = ("batch", "predict")
 PRECISIONS = ("auto", "fp32", "bf16")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 _PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: ``--model`` when a served model is gated and the option is not given: the endpoint's only model.
+AUTO_MODEL = "auto"
 
 
 def _int(low: int) -> Callable[[str], int]:
@@ -78,10 +83,36 @@ def parse_device(text: str) -> str:
 
 
 def parse_scorer(text: str) -> str:
-    """``hf`` or a plug-in factory ``module:function``."""
-    if text != "hf" and not _PLUGIN.match(text):
-        raise ValueError(f"{text!r} is neither 'hf' nor 'module:function'")
+    """``hf``, ``openai`` (a model behind an OpenAI-compatible server) or a plug-in factory ``module:function``."""
+    if text not in ("hf", SERVED_SCORER) and not _PLUGIN.match(text):
+        raise ValueError(f"{text!r} is neither 'hf', '{SERVED_SCORER}' nor 'module:function'")
     return text
+
+
+def parse_endpoint(text: str) -> str | None:
+    """``none`` or an http(s)://host[:port]/path URL without credentials (``scoring.served.endpoint_parts``)."""
+    if text == "none":
+        return None
+    endpoint_parts(text)
+    return text.rstrip("/")
+
+
+def parse_env_name(text: str) -> str:
+    """The name of an environment variable (the value is never read from the command line)."""
+    if not _ENV_NAME.match(text):
+        raise ValueError(f"{text!r} is not the name of an environment variable")
+    return text
+
+
+def parse_seconds(text: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{text} is not a number of seconds > 0")
+    return value
 
 
 def parse_families(text: str) -> tuple[str, ...]:
@@ -162,16 +193,30 @@ OPTIONS = (
     Option("--limitations", "auto", "overlay of per-dataset overrides and known limitations: a file, none, or auto "
            f"({EMBEDDED_LIMITATIONS} when the embedded rows and model are gated)"),
     Option("--report-dir", "reports", "where summary.json and predictions.jsonl.gz are written"),
+    Option("--report-dir-wait", "0", "seconds to wait for another run that holds --report-dir to end before stopping "
+           "with exit 4 (0: stop at once)", _int(0)),
     Option("--temperatures", "choice=1.0,noul=1.0,score=1.0", "per-primitive temperatures for probabilities and ECE",
            parse_temperatures),
     Option("--ece-floor-sims", "0", "ECE noise-floor redraws added to summary.json's floor block (0: none)", _int(0)),
     Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition", _int(1)),
-    Option("--scorer", "hf", "hf (AutoModelForImageTextToText) or a plug-in factory 'module:function'", parse_scorer),
+    Option("--scorer", "hf", f"hf (AutoModelForImageTextToText), {SERVED_SCORER} (a model behind an OpenAI-compatible "
+           "chat endpoint: see --endpoint) or a plug-in factory 'module:function'", parse_scorer),
+    Option("--endpoint", "none", f"--scorer {SERVED_SCORER}: the server's OpenAI-compatible base URL, e.g. "
+           "http://127.0.0.1:8000/v1 (--model: its model id; may be left out when /v1/models lists one)",
+           parse_endpoint),
+    Option("--api-key-env", "OPENAI_API_KEY", "the environment variable holding the served model's API key (sent as "
+           "a bearer token; never written anywhere)", parse_env_name),
+    Option("--concurrency", "8", "requests in flight at once to a served model", _int(1)),
+    Option("--request-timeout", "60", "seconds a request to a served model may take before it is retried",
+           parse_seconds),
     Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),
     Option("--feature-cache-mb", "1024", "MiB of vision features the hf scorer keeps on the device, so each image is "
            "encoded once for every family (a 13-tile SmolVLM-256M photo: 1.9 MiB); raise it for many images", _int(0)),
     Option("--pixel-cache-mb", "1024", "MiB of preprocessed pixels the hf scorer keeps (a 13-tile SmolVLM photo: "
            "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
+    Option("--prefix-cache-mb", "1024", "MiB of prompt-prefix keys and values the hf scorer keeps on the device, so an "
+           "image's prefix runs once for all its rows and families (a 17-tile SmolVLM-256M photo: 50 MiB in fp32); "
+           "0 turns prefix sharing off", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "
            "its peak memory); no: leave malloc as it is", parse_switch),
@@ -181,9 +226,11 @@ OPTIONS = (
            f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
     Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
     Option("--rephrasings", "none", "JSONL of your own question rephrasings by row id ({row_id, rephrasings: [...]}) "
-           "the rephrase family asks besides its built-in rules, or none"),
+           "the rephrase family asks besides its built-in rules (python -m laya_robustness variants rephrase "
+           "writes one), or none"),
     Option("--translations", "none", "JSONL of your own question translations by row id ({row_id, translations: "
-           "{language: text}}) the language family asks besides its built-in ones, or none"),
+           "{language: text}}) the language family asks besides its built-in ones (python -m laya_robustness "
+           "variants translate writes one), or none"),
     Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
            "comparison with it and the regression checks (max_regression, max_flip_regression), or none"),
     Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "
@@ -239,6 +286,19 @@ def get(config: pytest.Config, flag: str) -> str:
     return str(value) if value not in (None, "") else opt.default
 
 
+def given(config: pytest.Config, flag: str) -> bool:
+    """Whether an option was set on the command line or in the ini file (not left at its default)."""
+    opt = next(o for o in OPTIONS if o.flag == flag)
+    return config.getoption(opt.dest) not in (None, "") or config.getini(opt.dest) not in (None, "")
+
+
+def check_served(values: dict) -> None:
+    """The options a served model needs: ``--endpoint`` (a usage error naming it otherwise)."""
+    if values["endpoint"] is None:
+        raise pytest.UsageError(f"--endpoint: --scorer {SERVED_SCORER} needs the server's base URL, e.g. "
+                                "--endpoint http://127.0.0.1:8000/v1")
+
+
 def resolve(config: pytest.Config, text: str) -> Path:
     """A path resolved against the rootdir when relative."""
     path = Path(text)
@@ -250,7 +310,7 @@ class Settings:
     """Every option of a gate run, parsed and validated (paths resolved against the rootdir)."""
 
     model_name: str  # as the user gave it: recorded in meta and the snapshot name
-    model: str  # the resolved local directory, or the hub id
+    model: str | None  # the local directory, the hub id, or a served model's id (None: the endpoint's only one)
     data: Path
     rows_per_set: int
     seed: int
@@ -262,13 +322,19 @@ class Settings:
     thresholds: Path
     limitations: Path | None
     report_dir: Path
+    report_dir_wait: int
     temperatures: dict
     ece_floor_sims: int
     invariance_rows: int
     scorer: str
+    endpoint: str | None  # --scorer openai: the server's base URL
+    api_key_env: str
+    concurrency: int
+    request_timeout: float
     attn_implementation: str
     feature_cache_mb: int
     pixel_cache_mb: int
+    prefix_cache_mb: int
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None
@@ -294,10 +360,18 @@ def read_settings(config: pytest.Config) -> Settings:
         except ValueError as exc:
             raise usage_error(opt.flag, exc) from None
     model_name = values.pop("model")
-    local = resolve(config, model_name)
-    model = str(local) if local.exists() else model_name  # else a hub id
+    served = values["scorer"] == SERVED_SCORER
+    if served:  # the server's model id, as it is; omitted: the endpoint's only model
+        check_served(values)
+        model_name = model_name if given(config, "--model") else AUTO_MODEL
+        model = None if model_name == AUTO_MODEL else model_name
+    else:
+        local = resolve(config, model_name)
+        model = str(local) if local.exists() else model_name  # else a hub id
     data = resolve(config, values.pop("data"))
-    limitations = resolve_limitations(values.pop("limitations"), model, data, root=config.rootpath)
+    # the weights behind a server are not known: auto applies no overlay to a served model
+    limitations = resolve_limitations(values.pop("limitations"), None if served else model, data,
+                                      root=config.rootpath)
     dual = values.pop("dual_model")
     if dual not in ("auto", "none"):
         local_dual = resolve(config, dual)

@@ -23,11 +23,11 @@ from laya_robustness.loaders import LoadSettings
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.predictions import PredictionError, read_predictions
 from laya_robustness.pytest_plugin import outcomes
-from laya_robustness.pytest_plugin.options import read_settings, resolve, usage_error
+from laya_robustness.pytest_plugin.options import AUTO_MODEL, read_settings, resolve, usage_error
 from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.records import ORIG, Record
 from laya_robustness.rows import RowError
-from laya_robustness.run.errors import HarnessError
+from laya_robustness.run.errors import HarnessError, stops_run
 from laya_robustness.run.inputs import InputSpec, caption_rows, source_rows, with_user_variants
 from laya_robustness.run.invariance import (
     DUAL_CONDITIONS,
@@ -35,14 +35,20 @@ from laya_robustness.run.invariance import (
     INVARIANCE_CONDITIONS,
     ConditionNotSupported,
     InvarianceRun,
+    invariance_run,
     limits_section,
 )
 from laya_robustness.run.journal import JOURNAL_DIR, open_journal
+from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key, is_dual_encoder, load_source_scorer
-from laya_robustness.run.scoring import LocalExecutor, Scoring, score_journaled, scoring_chunks
+from laya_robustness.run.scoring import Scoring, executor_for, score_journaled, scoring_chunks
+from laya_robustness.scoring.base import answers_in_text
+from laya_robustness.scoring.factory import SERVED_SCORER
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 GPU_DEVICE = "cuda"
+#: The key of the controller's run identity in an xdist worker's ``workerinput``.
+RUN_KEY = "laya_run"
 
 
 class RobustnessSession:
@@ -51,18 +57,26 @@ class RobustnessSession:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.settings = read_settings(config)
+        shared = getattr(config, "workerinput", {}).get(RUN_KEY)  # an xdist worker: its controller's run
+        self.run = RunIdentity.parse(shared) if shared else RunIdentity.this_process()
+        self._lease: Lease | None = None
+        self.lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
+        self.start_error: tuple[int, str] | None = None  # (exit status, why) when the run stopped before any work
         self._rows = None
         self._caption_rows = None
         self._thresholds = None
         self._scorers: dict[str, object] = {}
-        self._load_errors: dict[str, str] = {}  # device -> why its scorer could not load (not retried)
+        self._load_errors: dict[str, tuple[str, bool]] = {}  # device -> why its scorer could not load, fatal or not
         self.scored: set[tuple[str, str, str]] = set()  # (family, dataset, device) scored in this process
         self.records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
         self._cell_records: dict[tuple, list[Record]] = {}  # (device, family, dataset) -> its records, once scored
         self.results: list[dict] = []  # check results of this process
+        self.judged: set[tuple[str, str, str]] = set()  # (family, dataset, device) whose test reached a verdict
+        self.scopes: dict = {}  # device -> run.scope.Scope of its report, decided when the run ends
         self.harness_errors: list[str] = []
         self.summaries: dict[str, dict] = {}  # device -> summary.json, once written
         self.identities: dict[str, dict] = {}  # device -> the loaded scorer's identity (also from workers)
+        self.worker_stats: dict[str, dict] = {}  # identity key -> the xdist workers' scorer counters, summed
         self.usage_error: pytest.UsageError | None = None
         self._invariance: dict[str, InvarianceRun] = {}
         self._journals: dict[str, object] = {}
@@ -84,8 +98,20 @@ class RobustnessSession:
     rows_per_set = property(lambda self: self.settings.rows_per_set)
     families = property(lambda self: self.settings.families)
     default_device = property(lambda self: self.settings.device)
-    model_name = property(lambda self: self.settings.model_name)
     report_dir = property(lambda self: self.settings.report_dir)
+
+    @property
+    def model_name(self) -> str:
+        """The model as the user named it (recorded in meta and the snapshot name); a served model left to the
+        endpoint (``--model`` omitted) by the id the endpoint gave."""
+        if self.settings.model_name != AUTO_MODEL or not self.served:
+            return self.settings.model_name
+        return self.identities.get(identity_key(self.default_device, "rows"), {}).get("model", AUTO_MODEL)
+
+    @property
+    def served(self) -> bool:
+        """Whether the model is behind a server (``--scorer openai``): it answers in text over requests."""
+        return self.settings.scorer == SERVED_SCORER
 
     # -- models -------------------------------------------------------------------------------------
 
@@ -100,11 +126,19 @@ class RobustnessSession:
         chosen = self.settings.dual_model
         if chosen != "auto":
             return chosen
+        if self.served:  # the weights behind a server are unknown: no dual encoder goes with them
+            return None
         if self.model_is_dual:
             return self.settings.model
         if Path(self.settings.model).resolve() == resolve(self.config, EMBEDDED_MODEL).resolve():
             return str(resolve(self.config, EMBEDDED_DUAL_MODEL))
         return None
+
+    @staticmethod
+    def served_without_dual(what: str) -> str:
+        """Why ``what`` (a caption family, the dual encoder's conditions) does not run with a served model alone."""
+        return (f"{what} probes a dual encoder (CLIP / SigLIP caption similarities), which a chat model behind a "
+                "server does not give: it answers questions only (pass --dual-model to probe one)")
 
     def skip_reason(self, family: str) -> str | None:
         """Why a family cannot run with these models, or None."""
@@ -112,6 +146,8 @@ class RobustnessSession:
         if source == "rows" and self.model_is_dual:
             return (f"{self.settings.model_name} is a dual encoder: it answers no questions, so {family} does not "
                     "apply (the lgip families probe it)")
+        if source == "captions" and self.dual_model is None and self.served:
+            return self.served_without_dual(family)
         if source == "captions" and self.dual_model is None:
             return (f"{family} probes a dual encoder and none is given: pass a CLIP / SigLIP --model, or "
                     "--dual-model <hub id or directory>")
@@ -122,25 +158,85 @@ class RobustnessSession:
         process; a failed load is remembered and not retried. Its identity is kept under ``identity_key``."""
         key = identity_key(device, source)
         if key in self._load_errors:
-            raise HarnessError(self._load_errors[key] + " (failed earlier in this run; not retried)")
+            message, fatal = self._load_errors[key]
+            raise HarnessError(message + " (failed earlier in this run; not retried)", stops_run=fatal)
         if key not in self._scorers:
             model = self.dual_model if source == "captions" else self.settings.model
             try:
                 scorer = load_source_scorer(self.settings, model, device,
                                             dual=source == "captions" or self.model_is_dual)
             except Exception as exc:  # any failure to load is the harness's, not the gate's
-                message = f"cannot load scorer {self.settings.scorer!r} for model {model!r} on {device}: {exc}"
-                self._load_errors[key] = message
-                raise self.harness_error(message) from exc
+                named = repr(model) if model is not None else "(the endpoint's only model)"
+                message = f"cannot load scorer {self.settings.scorer!r} for model {named} on {device}: {exc}"
+                self._load_errors[key] = (message, stops_run(exc))
+                raise self.harness_error(message, stops_run(exc)) from exc
             self._scorers[key] = scorer
             self.identities[key] = dict(getattr(scorer, "identity", {}))
         return self._scorers[key]
 
-    def harness_error(self, message: str) -> HarnessError:
-        """A harness error (exit 3) remembered for the terminal summary."""
+    def scorer_stats(self) -> dict[str, dict]:
+        """The counters (``stats``) of this process's scorers by identity key, plus what the xdist workers sent."""
+        out = {key: dict(counts) for key, counts in self.worker_stats.items()}
+        for key, scorer in self._scorers.items():
+            for name, value in getattr(scorer, "stats", {}).items():
+                out.setdefault(key, {})[name] = out.get(key, {}).get(name, 0) + value
+        return out
+
+    def endpoint_unreachable(self) -> str | None:
+        """Why a served model's endpoint cannot be reached (its scorer connects here, once), or None."""
+        try:
+            self.scorer(self.default_device)
+        except HarnessError as exc:
+            return str(exc) if exc.stops_run else None
+        return None
+
+    def served_capability(self) -> str:
+        """What the terminal header says of a served model: which model at which endpoint, and whether its answers
+        carry probabilities (decided once, when it connects), or why it cannot be reached."""
+        where = f"served model at {self.settings.endpoint}"
+        try:
+            scorer = self.scorer(self.default_device)
+        except HarnessError as exc:
+            return f"{where}: {exc}"
+        if scorer.probabilities:
+            return f"{where}: {scorer.model_id}, option probabilities from the top_logprobs of the first answer token"
+        return (f"{where}: {scorer.model_id}, generation-only (the server returns no top_logprobs): answers are "
+                "extracted from the text; ECE, flip floors and probability deltas are not available")
+
+    def harness_error(self, message: str, stop: bool = False) -> HarnessError:
+        """A harness error (exit 3) remembered for the terminal summary; ``stop``: the run cannot go on."""
         if message not in self.harness_errors:
             self.harness_errors.append(message)
-        return HarnessError(message)
+        return HarnessError(message, stops_run=stop)
+
+    # -- the report folder ----------------------------------------------------------------------
+
+    def claim_report_dir(self) -> None:
+        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``laya_robustness.run.lock``),
+        renewing its lease while the process runs. Raises ``ReportDirInUse`` or ``OSError``."""
+        def say_waiting(holder) -> None:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                who = holder.describe() if holder else "a run whose lock cannot be read"
+                reporter.write_line(f"laya-robustness: {self.report_dir} is in use by another run ({who}); waiting "
+                                    f"up to {self.settings.report_dir_wait} s for it to end")
+
+        held = claim(self.report_dir, self.run, wait_s=self.settings.report_dir_wait, on_wait=say_waiting)
+        if held.waited_for is not None:
+            self.lock_notes.append(f"waited for the run that held {self.report_dir} to end "
+                                   f"({held.waited_for.describe()})")
+        if held.previous is not None:
+            self.lock_notes.append(f"took over the lock of {self.report_dir} from a run that is gone "
+                                   f"({held.previous.describe()})")
+        if self._lease is None:
+            self._lease = Lease(self.report_dir, self.run)
+
+    def release_report_dir(self) -> None:
+        """Stop renewing the lock; the run's main process (not an xdist worker) also removes it."""
+        if self._lease is not None:
+            self._lease.stop()
+        if not hasattr(self.config, "workerinput"):
+            release(self.report_dir, self.run)
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -252,7 +348,8 @@ class RobustnessSession:
                         "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
             worker = getattr(self.config, "workerinput", {}).get("workerid")
             self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, worker,
-                                               getattr(scorer, "identity", {}), settings, resume=s.resume)
+                                               getattr(scorer, "identity", {}), settings, resume=s.resume,
+                                               run=self.run.token)
         return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
@@ -266,12 +363,13 @@ class RobustnessSession:
         rows = self.family_rows(family, dataset)
         scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         progress = scoring_progress(self.config, device, f"{family}/{dataset}", len(rows))
-        chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size)
+        chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
+                                per_row=answers_in_text(scorer))
         try:
-            cell = score_journaled(LocalExecutor(scoring), journal, rows, chunks, progress.update)
+            cell = score_journaled(executor_for(scoring), journal, rows, chunks, progress.update)
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise self.harness_error(f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} "
-                                     f"failed: {type(exc).__name__}: {exc}") from exc
+                                     f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
         finally:
             progress.close()
         store = self.records.setdefault(device, {})
@@ -311,11 +409,14 @@ class RobustnessSession:
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
-            pytest.skip(f"{family} builds no variant of any {dataset} row (none of its rules applies)")
+            self.judged.add((family, dataset, device))  # nothing to judge
+            pytest.skip(f"{family} builds no variant of any {dataset} row: {get_family(family).when_empty}")
         cell = family_cell(records, family, dataset, seed=self.seed, cache=self.cells)
         if not limits:
+            self.judged.add((family, dataset, device))
             pytest.skip(f"scored; the limits set none for {family} on {dataset}")
         results = evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
+        self.judged.add((family, dataset, device))
         have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:
@@ -340,7 +441,8 @@ class RobustnessSession:
         if source == "rows" and self.model_is_dual:
             pytest.skip("--model is a dual encoder: its invariance conditions run in test_dual_invariance")
         if source == "captions" and self.dual_model is None:
-            pytest.skip("no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
+            pytest.skip(self.served_without_dual("test_dual_invariance") if self.served else
+                        "no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
         if source == "captions" and condition not in DUAL_CONDITIONS:
             pytest.skip(f"{condition} needs rows with several or no images, which a dual encoder does not score")
         key = identity_key(device, source)
@@ -351,8 +453,8 @@ class RobustnessSession:
             if not rows:
                 what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
                 pytest.skip(f"no {what} to score {condition} on")
-            self._invariance[key] = InvarianceRun(self.scorer(device, source), rows, self.settings.batch_size,
-                                                  self.settings.temperatures)
+            self._invariance[key] = invariance_run(self.scorer(device, source), rows, self.settings.batch_size,
+                                                   self.settings.temperatures)
         try:
             stats = self._invariance[key].run(condition)
         except ConditionNotSupported as exc:

@@ -68,15 +68,15 @@ def scoring_label(settings, device: str) -> str:
 def snapshot_name(session, device: str) -> str:
     """The name of the run configuration's snapshot (see the module doc)."""
     s = session.settings
-    model = file_safe(s.model_name.strip("/"))
     identity = {}
     if not session.model_is_dual:
-        session.scorer(device)  # the identity (weight hashes) comes from the loaded scorer
+        session.scorer(device)  # the identity (weight hashes; a served model's id) comes from the loaded scorer
         identity = dict(session.identities.get(device, {}))
+    model = file_safe(session.model_name.strip("/"))
     if session.caption_rows:
         session.scorer(device, "captions")
         identity["dual"] = session.identities.get(identity_key(device, "captions"), {})
-    m = model_fingerprint(identity, s.model_name, s.scorer)
+    m = model_fingerprint(identity, session.model_name, s.scorer)
     d = data_fingerprint({**session.rows, **session.caption_rows})
     return (f"{model}.{device_kind(device)}.m{m}.d{d}.s{s.seed}.n{s.rows_per_set}.{families_label(s.families)}"
             f"{scoring_label(s, device)}")
@@ -87,12 +87,14 @@ def snapshot_view(session, device: str) -> dict:
     summary = session.full_summary(device)
     identity = dict(session.identities.get(device, {}))
     identity.pop("model", None)
+    # how prompt prefixes are shared moves logits within float rounding only (shared_prefix_vs_alone holds it)
+    identity.pop("prefix_sharing", None)
     dual = dict(session.identities.get(identity_key(device, "captions"), {}))
     if dual:
         identity["dual"] = {k: v for k, v in dual.items() if k != "model"}
     metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
     s = session.settings
-    return {"model": s.model_name, "identity": identity, "seed": s.seed, "rows_per_set": s.rows_per_set,
+    return {"model": session.model_name, "identity": identity, "seed": s.seed, "rows_per_set": s.rows_per_set,
             "temperatures": s.temperatures, **rounded(metrics, SNAPSHOT_DIGITS)}
 
 

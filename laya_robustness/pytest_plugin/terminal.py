@@ -1,5 +1,6 @@
-"""The terminal summary, verdict last: the failed and newly passing checks and the verdict counts; with ``-v``
-first the long tables, per summary block one row per (family, dataset) with its headline numbers and checks.
+"""The terminal header and summary, verdict last: what the report covers; with ``-v`` the long tables (per summary
+block one row per (family, dataset) with its headline numbers and checks); the language-model tokens the scorers
+computed; then the failed and newly passing checks and the verdict counts.
 
 Every block of the summary appears (the flat table and every extension block), its columns and
 families derived from the declarations (``laya_robustness.report.cells``). Tables fit in ``WIDTH``
@@ -20,12 +21,16 @@ from laya_robustness.report.cells import (
     cell_rows,
     cell_verdicts,
     columns_of,
+    delta_text,
     invariance_verdicts,
+    probability_lines,
     problems,
     summary_blocks,
     text_rows,
     verdict_line,
 )
+from laya_robustness.run.models import model_type
+from laya_robustness.scoring.adapters import adapter_class
 
 WIDTH = 120
 
@@ -70,7 +75,7 @@ def table_lines(summary: dict, results: list[dict], device: str, known, width: i
     lines: list[str] = []
     for block in summary_blocks(summary):
         lines += [f"[{block}]", *block_lines(summary, verdicts, block, width), ""]
-    return lines + [f"verdicts: {verdict_line(verdicts)}"]
+    return lines + probability_lines(summary) + [f"verdicts: {verdict_line(verdicts)}"]
 
 
 def _verdicts(results: list[dict], device: str, known) -> dict:
@@ -97,10 +102,39 @@ def invariance_lines(conditions: dict, verdicts: dict | None = None) -> list[str
     rows = [["condition", "precision", "max |dp|", "max |dlogit|", "flips / rows", "bitwise", "checks"]]
     for name, st in sorted(conditions.items()):
         v = verdicts.get(name, NO_CHECK)
-        rows.append([name, st["precision"], f"{st['max_abs_dp']:.1e}", f"{st['max_abs_dlogit']:.1e}",
+        rows.append([name, st["precision"], delta_text(st["max_abs_dp"]), delta_text(st["max_abs_dlogit"]),
                      f"{st['flips']} / {st['rows']}", "yes" if st["bitwise"] else "no",
                      "-" if v.outcome == UNCHECKED else v.short()])
     return render(rows)
+
+
+def scope_lines(scopes: dict) -> list[tuple[str, bool]]:
+    """``(line, complete)`` per device: what its report covers (``laya_robustness.run.scope``)."""
+    return [(f"laya-robustness covered ({device}): {scope.covered}", scope.complete)
+            for device, scope in sorted(scopes.items())]
+
+
+def prefix_sharing_line(settings) -> str | None:
+    """How the hf scorer will share the model's image prefixes (read from its config before it loads), or None for
+    a plug-in scorer or an architecture without an adapter."""
+    kind = model_type(settings.model) if settings.scorer == "hf" else None
+    adapter = adapter_class(kind) if kind else None
+    if adapter is None:
+        return None
+    how = adapter.prefix_sharing() if settings.prefix_cache_mb else "none: --prefix-cache-mb 0"
+    return f"laya-robustness: prompt prefix sharing ({kind}): {how}"
+
+
+def token_lines(stats: dict[str, dict]) -> list[str]:
+    """Per scorer that counts them: the language-model tokens it computed and those it would have computed had each
+    row run its whole prompt and options."""
+    lines = []
+    for key, st in sorted(stats.items()):
+        computed, alone = st.get("tokens", 0), st.get("tokens_alone", 0)
+        if computed and alone:
+            lines.append(f"language model ({key}): {computed:,} tokens computed for {st.get('rows', 0):,} rows; "
+                         f"{alone:,} had each row run its whole prompt ({alone / computed:.2f}x)")
+    return lines
 
 
 def problem_lines(verdicts: dict) -> list[str]:
@@ -115,7 +149,8 @@ def problem_lines(verdicts: dict) -> list[str]:
 def verdict_lines(session, device: str, verbose: bool) -> list[str]:
     """The verdict of one device: what failed or newly passes, the counts, and where the detail is."""
     verdicts = _verdicts(session.results, device, session.thresholds.known_limitation)
-    lines = [*problem_lines(verdicts), f"verdicts: {verdict_line(verdicts)}"]
+    summary = session.summaries.get(device) or {}
+    lines = [*problem_lines(verdicts), *probability_lines(summary), f"verdicts: {verdict_line(verdicts)}"]
     power = power_lines(session.results)
     if power and not verbose:
         lines.append(f"{len(power)} interval-judged checks have too few rows to tell a 5-point change from none "
@@ -141,9 +176,16 @@ def detail_lines(session) -> list[tuple[str, list[str]]]:
 
 
 def write_summary(reporter, session) -> None:
-    """The end of a run, verdict last: harness errors; the long tables only with ``-v``; the snapshot; where
-    the reports are; then per device the failed and newly passing checks and the verdict counts. ``-q``
-    leaves out the snapshot match and the reports line."""
+    """The end of a run, verdict last: what each report covers, errors; the long tables only with ``-v``; the
+    token counts; the snapshot; where the reports are; then per device the failed and newly passing checks and
+    the verdict counts. ``-q`` leaves out the snapshot match and the reports line."""
+    for line, complete in scope_lines(session.scopes):
+        reporter.write_line(line, green=complete, yellow=not complete)
+    if session.start_error is not None:
+        reporter.write_line(f"ERROR (exit {session.start_error[0]}, nothing was run): {session.start_error[1]}",
+                            red=True)
+    for note in session.lock_notes:
+        reporter.write_line(f"laya-robustness: {note}")
     for error in session.harness_errors:
         reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
     if not session.records and not session.invariance_results:
@@ -154,6 +196,8 @@ def write_summary(reporter, session) -> None:
             reporter.write_sep("=", title)
             for line in lines:
                 reporter.write_line(line)
+    for line in token_lines(session.scorer_stats()):
+        reporter.write_line(line)
     for outcome in getattr(session, "snapshot_outcomes", []):
         if outcome.matches:
             if verbosity >= 0:
@@ -169,8 +213,11 @@ def write_summary(reporter, session) -> None:
     if session.incomplete_reason:
         kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
             if session.kept_previous_report else ""
-        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; rerun with --resume to finish it",
-                            yellow=True)
+        narrowed = sorted({n for s in session.scopes.values() if not s.complete for n in s.narrowed_by
+                           if not n.startswith("--families")})
+        advice = f"rerun without {', '.join(narrowed)} to judge every cell (--resume reuses what this run scored)" \
+            if narrowed else "rerun with --resume to finish it"
+        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; {advice}", yellow=True)
     for device in sorted(set(session.summaries) | set(session.invariance_results)):
         reporter.write_sep("=", f"robustness gate ({device}): verdict")
         for line in verdict_lines(session, device, verbosity > 0):

@@ -1,6 +1,7 @@
 """Under xdist: a scheduler that keeps every gate test of one dataset on one worker, and what a worker sends
-the controller (its records, check results, harness errors, identities, invariance stats and deferred
-snapshots), merged there into the controller's session.
+the controller (its records, check results, the cells it judged, harness errors, identities, scorer counters,
+invariance stats, deferred snapshots and what claiming the report folder did), merged there into the controller's
+session.
 
 A dataset's family tests all need its orig records; spread over workers, each worker would score
 the orig rows again. ``DatasetScheduling`` is xdist's ``--dist loadscope`` with the dataset as the
@@ -56,8 +57,11 @@ class DatasetScheduling(LoadScopeScheduling):
 def worker_payload(session) -> str:
     """What a worker sends the controller, as JSON."""
     return json.dumps({"records": session.records, "results": session.results, "harness": session.harness_errors,
-                       "identities": session.identities, "invariance": session.invariance_results,
-                       "scored": sorted(session.scored), "snapshots": session.deferred_snapshots})
+                       "identities": session.identities, "stats": session.scorer_stats(),
+                       "invariance": session.invariance_results,
+                       "scored": sorted(session.scored), "judged": sorted(session.judged),
+                       "snapshots": session.deferred_snapshots, "lock_notes": session.lock_notes,
+                       "start_error": session.start_error})
 
 
 def merge_payload(session, payload: str) -> None:
@@ -71,9 +75,17 @@ def merge_payload(session, payload: str) -> None:
     session.results += data["results"]
     session.harness_errors += [e for e in data["harness"] if e not in session.harness_errors]
     session.identities.update(data["identities"])
+    for key, counts in data["stats"].items():
+        summed = session.worker_stats.setdefault(key, {})
+        for name, value in counts.items():
+            summed[name] = summed.get(name, 0) + value
     for device, conditions in data["invariance"].items():
         session.invariance_results.setdefault(device, {}).update(conditions)
     session.scored.update(tuple(key) for key in data["scored"])
+    session.judged.update(tuple(key) for key in data["judged"])
+    session.lock_notes += [n for n in data["lock_notes"] if n not in session.lock_notes]
+    if data["start_error"] and session.start_error is None:
+        session.start_error = tuple(data["start_error"])
     for snapshot in data["snapshots"]:
         if snapshot not in session.deferred_snapshots:
             session.deferred_snapshots.append(snapshot)

@@ -6,7 +6,8 @@ Which blocks, families and columns appear comes from the family declarations
 that no declaration names. A cell's verdict is ``laya_robustness.gate.verdict.cell_verdict`` of its
 check results; each check is marked pass, undecided (judged on its interval, the evidence goes
 neither way: no failure), fail, xfail (a declared known limitation that still fails, or is only
-borderline) or xpass (one that now passes clearly).
+borderline), xpass (one that now passes clearly) or n/a (its statistic is not available: ``max_ece`` of a
+generation-only scorer).
 
 >>> from laya_robustness.gate.results import CheckResult
 >>> bad = CheckResult("text", "vsr", "max_flip", False, 0.3, 0.2, None, "flip rate 0.3 > max_flip 0.2")
@@ -22,13 +23,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from laya_robustness.families import blocks, declared
 from laya_robustness.gate.judgement import evaluate_cell, evaluate_invariance
-from laya_robustness.gate.results import INVARIANCE, CheckResult
+from laya_robustness.gate.results import INVARIANCE, NOT_APPLICABLE, CheckResult
 from laya_robustness.gate.verdict import FAIL, PASS, XFAIL, XPASS, cell_verdict
 from laya_robustness.records import ORIG
 
 UNDECIDED = "undecided"
 #: How a check or a cell outcome is written in every report.
-MARKS = {PASS: "ok", UNDECIDED: "ok?", FAIL: "FAIL", XFAIL: "xfail", XPASS: "XPASS"}
+MARKS = {PASS: "ok", UNDECIDED: "ok?", FAIL: "FAIL", XFAIL: "xfail", XPASS: "XPASS", NOT_APPLICABLE: "n/a"}
 #: The outcome of a cell no limit was checked on.
 UNCHECKED = "unchecked"
 #: known(family, dataset, check) -> the reason of a declared known limitation, or None.
@@ -43,8 +44,8 @@ class CheckMark:
     """One check of a cell as reports show it: its status, value, limit, interval and why."""
 
     check: str
-    status: str  # pass, undecided, fail, xfail or xpass
-    value: float
+    status: str  # pass, undecided, fail, xfail, xpass or not applicable
+    value: float | None
     limit: float
     interval: tuple[float, float] | None
     detail: str
@@ -89,6 +90,8 @@ def as_result(result: CheckResult | Mapping[str, Any]) -> CheckResult:
 def check_status(result: CheckResult, reason: str | None) -> str:
     """How one check is marked: a known limitation is xfail unless it passes clearly (xpass); another check
     is fail, undecided or pass as its decision says."""
+    if result.decision == NOT_APPLICABLE:
+        return NOT_APPLICABLE
     if reason is not None:
         return XPASS if result.decision == "pass" else XFAIL
     return {"fail": FAIL, "undecided": UNDECIDED}.get(result.decision, PASS)
@@ -185,6 +188,19 @@ def number(value: float | None, key: str = "") -> str:
     if value is None:
         return "-"
     return f"{value:+.3f}" if key.startswith("delta") else f"{value:.3f}"
+
+
+def delta_text(value: float | None) -> str:
+    """An invariance delta (max |dp|, max |dlogit|) as ``1.0e-05``; ``n/a`` where the scorer has no logits."""
+    return "n/a" if value is None else f"{value:.1e}"
+
+
+def probability_lines(summary: Mapping[str, Any]) -> list[str]:
+    """A line saying the probability-based numbers are not available, when a cell of the summary says so."""
+    notes = {c["probabilities"] for b in summary_blocks(summary) for cells in summary[b].values()
+             if isinstance(cells, Mapping) for c in cells.values() if isinstance(c, Mapping) and "probabilities" in c}
+    return [f"probabilities: {note}: ECE, flip floors, probability deltas and the max_ece limit are n/a"
+            for note in sorted(notes)]
 
 
 def value_text(cell: Mapping[str, Any] | None, key: str, family: str = "", interval: bool = True) -> str:

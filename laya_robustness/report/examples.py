@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from laya_robustness.answers import is_correct, is_scored
 from laya_robustness.families import build_variants, find_family, get_family
 from laya_robustness.metrics.accuracy import group_key, orig_by_group
-from laya_robustness.records import ORIG
+from laya_robustness.records import ORIG, option_count
 from laya_robustness.report.curves import family_order
 
 FLIPPED, BROKEN = "flipped", "broke"
@@ -126,7 +126,7 @@ def _plain(value: Any) -> Any:
 
 def _check(row, record: Mapping[str, Any]) -> None:
     pairs = [("variant", row.variant, record["variant"]), ("group_id", row.group_id, record["group_id"]),
-             ("label", row.label, record["label"]), ("options", len(row.options), len(record["logits"])),
+             ("label", row.label, record["label"]), ("options", len(row.options), option_count(record)),
              ("meta", _plain(dict(row.meta)), _plain(record.get("meta", {})))]
     if "n_images" in record:
         pairs.append(("n_images", len(row.images), record["n_images"]))

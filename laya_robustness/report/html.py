@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from laya_robustness.answers import answer_of, is_correct, is_scored
 from laya_robustness.families import FLAT, find_family
-from laya_robustness.records import OPEN
+from laya_robustness.records import OPEN, UNPARSED
 from laya_robustness.report import plots
 from laya_robustness.report.build import Report
 from laya_robustness.report.cells import (
@@ -23,8 +23,10 @@ from laya_robustness.report.cells import (
     CellVerdict,
     cell_rows,
     columns_of,
+    delta_text,
     families_of,
     invariance_verdicts,
+    probability_lines,
     summary_blocks,
     value_text,
     verdict_line,
@@ -66,6 +68,8 @@ table.opts td{border:0;padding:1px 6px 1px 0;font-size:12.5px}
 .bar{display:inline-block;height:9px;background:#4c72b0;vertical-align:middle}
 .gold{color:#1b5e20;font-weight:600}.answer{outline:2px solid #c62828;outline-offset:-1px}
 .answer.right{outline-color:#2e7d32}img.plot{max-width:100%;height:auto}
+.scope{margin:10px 0 0;padding:6px 10px;border-left:4px solid #2e7d32;background:#eef7ef}
+.scope.partial{border-left-color:#f0b400;background:#fff8e1}
 """
 
 
@@ -140,17 +144,22 @@ def _cell_tables(report: Report) -> str:
 
 
 def _options(row, record: Mapping[str, Any]) -> str:
-    """The options as the model saw them, with each option's probability; gold and answer marked."""
+    """The options as the model saw them, with each option's probability (where the scorer has them); gold and
+    answer marked; a served model's generated text below them (``unparsed`` when it names no option)."""
     order = row.display_order if row.display_order is not None else range(len(row.options))
     lines = []
     for shown, i in enumerate(order):
-        p = record["probs"][i]
         classes = []
         if i == record["argmax"]:
             classes.append("answer right" if i == record["label"] else "answer")
         gold = ' <span class="gold">gold</span>' if i == record["label"] else ""
+        p = record["probs"][i] if record["probs"] else None
+        bar = "-" if p is None else f'<span class="bar" style="width:{round(60 * p)}px"></span> {p:.3f}'
         lines.append(f'<tr class="{" ".join(classes)}"><td>{LETTERS[shown % 26]}.</td><td>{e(row.options[i])}</td>'
-                     f'<td><span class="bar" style="width:{round(60 * p)}px"></span> {p:.3f}</td><td>{gold}</td></tr>')
+                     f'<td>{bar}</td><td>{gold}</td></tr>')
+    if "raw_answer" in record:
+        unparsed = " (unparsed)" if record.get("extraction") == UNPARSED else ""
+        lines.append(f'<tr><td>text</td><td colspan="3">{e(repr(record["raw_answer"]))}{unparsed}</td></tr>')
     return f'<table class="opts">{"".join(lines)}</table>'
 
 
@@ -210,7 +219,7 @@ def _invariance(report: Report) -> str:
         v = verdicts.get(name, CellVerdict(UNCHECKED))
         body.append(f'<tr class="{e(v.outcome)}"><td>{e(name)}</td><td>{e(st.get("precision", "-"))}</td>'
                     f'<td>{e(st.get("rows", "-"))}</td><td>{e(st.get("flips", "-"))}</td>'
-                    f'<td>{st.get("max_abs_dp", 0):.1e}</td><td>{st.get("max_abs_dlogit", 0):.1e}</td>'
+                    f'<td>{delta_text(st.get("max_abs_dp", 0))}</td><td>{delta_text(st.get("max_abs_dlogit", 0))}</td>'
                     f'<td>{"yes" if st.get("bitwise") else "no"}</td>{_verdict_cell(v)}</tr>')
     return ("<table><thead><tr><th>condition</th><th>precision</th><th>rows</th><th>flips</th><th>max |dp|</th>"
             f"<th>max |dlogit|</th><th>bitwise</th><th>checks</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
@@ -243,6 +252,13 @@ def model_name(summary: Mapping[str, Any]) -> str:
     return str(model.get("model", "?")) if isinstance(model, Mapping) else str(model or "?")
 
 
+def scope_line(summary: Mapping[str, Any]) -> str | None:
+    """What the run covered (``meta.scope.covered``, see ``laya_robustness.run.scope``); None for a report of a run
+    that did not record it."""
+    scope = (summary.get("meta") or {}).get("scope")
+    return scope.get("covered") if isinstance(scope, Mapping) else None
+
+
 def render_html(report: Report, changes: Sequence[str] = ()) -> str:
     """The whole page as a string (see the module doc); ``changes``: the baseline comparison in words."""
     meta = report.summary.get("meta") or {}
@@ -251,6 +267,9 @@ def render_html(report: Report, changes: Sequence[str] = ()) -> str:
         f"device {meta.get('device', '?')}", f"seed {meta.get('seed', '?')}",
         f"rows per set {meta.get('rows_per_set', '?')}", f"{len(meta.get('datasets') or {})} datasets") if x)
     notes = "".join(f'<p class="note">{e(n)}</p>' for n in report.notes)
+    covered, recorded = scope_line(report.summary), (report.summary.get("meta") or {}).get("scope") or {}
+    scope = "" if covered is None else (f'<p class="scope {"complete" if recorded.get("complete") else "partial"}">'
+                                        f'<b>Covered:</b> {e(covered)}</p>')
     changed = ("<h2 id=\"baseline\">Against the baseline</h2><ul>" + "".join(f"<li>{e(c)}</li>" for c in changes)
                + "</ul>") if report.baseline is not None else ""
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
@@ -260,7 +279,7 @@ def render_html(report: Report, changes: Sequence[str] = ()) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{e(title)}</title><style>{CSS}</style></head>
-<body>
+<body>{scope}
 <h1>{e(title)}</h1>
 <p class="muted">{e(facts)}</p>
 <p><b>Verdicts:</b> {e(verdict_line(report.verdicts))}</p>
@@ -284,7 +303,8 @@ right), “gold” the label.</p>
 <p class="muted">Accuracy against confidence (max probability) in 15 equal-width bins, pooled over datasets;
 the dotted diagonal is perfect calibration, the dark line the orig rows. A control such as image_shuffle
 that stays confident while its accuracy falls shows how much of the confidence comes from the text alone.</p>
-{_plot(plots.reliability_uri, report.reliability, "reliability diagrams", "No labelled rows.")}
+{_plot(plots.reliability_uri, report.reliability, "reliability diagrams",
+       "; ".join(probability_lines(report.summary)) or "No labelled rows.")}
 <h2 id="strength">Accuracy and flip rate against perturbation strength</h2>
 <p class="muted">One panel per family and strength parameter read from the variants' meta (for example
 <code>image_op</code>); solid: accuracy, dashed: flip rate, dotted: the same groups' orig accuracy.</p>

@@ -1,7 +1,7 @@
 """Render a Report as a compact Markdown comment for a pull request: one table per block, what failed, what changed.
 
-Each block is a table with a row per family and a column per dataset; a cell holds the block's
-headline numbers (3 d.p., no intervals) and its verdict. Failures and fixed known limitations are
+Its first line says what the run covered (the scope of its meta). Each block is a table with a row per
+family and a column per dataset; a cell holds the block's headline numbers (3 d.p., no intervals) and its verdict. Failures and fixed known limitations are
 listed below with their detail; the baseline comparison (``report.compare``) follows when given.
 """
 
@@ -20,12 +20,13 @@ from laya_robustness.report.cells import (
     cell_rows,
     columns_of,
     families_of,
+    probability_lines,
     problems,
     value_text,
     verdict_line,
     summary_blocks,
 )
-from laya_robustness.report.html import model_name
+from laya_robustness.report.html import model_name, scope_line
 
 
 def _mark(outcome: str) -> str:
@@ -75,7 +76,10 @@ def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
     head = (f"### Robustness gate: `{model_name(report.summary)}` (device {meta.get('device', '?')}, "
             f"seed {meta.get('seed', '?')}, rows per set {meta.get('rows_per_set', '?')})")
     parts = [head, f"**Verdicts:** {verdict_line(report.verdicts)}"]
-    parts += [f"> {n}" for n in report.notes]
+    covered = scope_line(report.summary)
+    if covered:
+        parts.insert(0, f"**Covered:** {covered}")
+    parts += [f"> {n}" for n in [*report.notes, *probability_lines(report.summary)]]
     for block in summary_blocks(report.summary):
         parts.append(f"#### {block}\n\n{block_table(report, block)}")
     problems = _problems(report)

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from laya_robustness.gate.limits import resolve_limitations, run_limits
 from laya_robustness.gate.thresholds import ThresholdsError
-from laya_robustness.run.files import atomic_write
+from laya_robustness.run.files import write_all
 from laya_robustness.run.inputs import reread_rows
 from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
 from laya_robustness.summary import summary_datasets
@@ -22,8 +22,7 @@ REPORT_HTML, SUMMARY_MD = "report.html", "summary.md"
 CHANGE_LINES = 40
 
 
-def write_report(
-    out_dir: str | Path,
+def render_report(
     summary: Mapping[str, Any],
     records: Sequence[Mapping[str, Any]],
     *,
@@ -33,10 +32,8 @@ def write_report(
     source_rows: Mapping[str, Sequence[Any]] | None = None,
     baseline: Mapping[str, Any] | None = None,
     baseline_results: Iterable[Any] | None = None,
-    html_name: str = REPORT_HTML,
-    md_name: str = SUMMARY_MD,
-) -> list[Path]:
-    """Write ``report.html`` and ``summary.md`` (or the names given) into ``out_dir``; returns their paths.
+) -> tuple[str, str]:
+    """(report.html, summary.md) as text.
 
     Arguments as in ``report.build.build_report``; ``baseline`` is another run's summary to compare
     with, ``baseline_results`` its check results (for verdict changes).
@@ -54,11 +51,16 @@ def write_report(
         known_ = known or (lambda family, dataset, check: None)
         old = cell_verdicts(baseline_results, known_) if baseline_results is not None else {}
         changes = summary_changes(summary, baseline, report.verdicts if old else {}, old, limit=CHANGE_LINES)
+    return render_html(report, changes), render_markdown(report, changes)
+
+
+def write_report(out_dir: str | Path, summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *,
+                 html_name: str = REPORT_HTML, md_name: str = SUMMARY_MD, **render) -> list[Path]:
+    """Write ``report.html`` and ``summary.md`` (or the names given) into ``out_dir``, both or neither; returns
+    their paths. ``render``: the keyword arguments of ``render_report``."""
+    page, comment = render_report(summary, records, **render)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / html_name, render_html(report, changes))
-    atomic_write(out / md_name, render_markdown(report, changes))
-    return [out / html_name, out / md_name]
+    return write_all({out / html_name: page, out / md_name: comment})
 
 
 def _read_json(path: Path) -> dict:

@@ -73,20 +73,34 @@ def _correlations(block: Mapping[str, Any]) -> str:
             "coefficient between two stabilities, point-biserial with confidence)\n" + render(rows))
 
 
+def _interval(ci) -> str:
+    return "-" if ci is None else f"[{_num(ci[0], 3)}, {_num(ci[1], 3)}]"
+
+
 def _cmi(block: Mapping[str, Any]) -> str:
     cmi = block["cmi"]
     if not cmi["pairs"]:
         return "Conditional mutual information (Sec. 5.2.1): needs visual and a textual modality"
     sizes = sorted({b for p in cmi["pairs"].values() for b in p["sensitivity"]}, key=int)
-    rows = [["H_V with", "samples", "I(H_V;H_T)", "I(H_V;H_T|C)", "ratio", "ratio (Miller-Madow)",
-             *(f"ratio @ {b} bins" for b in sizes)]]
+    rows = [["H_V with", "samples", "levels", "I(H_V;H_T)", "I(H_V;H_T|C)", "ratio [95% CI]", "plug-in ratio",
+             *(f"@ {b} levels" for b in sizes)]]
+    notes = []
     for t, p in cmi["pairs"].items():
-        rows.append([f"H_{SHORT[t]} ({t})", str(p["n_samples"]), _num(p["mi"], 4), _num(p["cmi"], 4),
-                     _num(p["ratio"]), _num(p["ratio_mm"]),
-                     *(f"{_num(p['sensitivity'].get(b))} / {_num(p['sensitivity_mm'].get(b))}" for b in sizes)])
-    return (f"Conditional mutual information ratio I(H_V;H_T|C) / I(H_V;H_T) (Sec. 5.2.1; {cmi['bins']} "
-            f"{cmi['binning']} bins; plug-in / Miller-Madow; the plug-in ratio is inflated on few samples)\n"
-            + render(rows))
+        ratio = f"{_num(p['ratio'])} {_interval(p['ratio_ci'])}" if p["readable"] else f"{_num(p['ratio'])} (unread)"
+        rows.append([f"H_{SHORT[t]} ({t})", str(p["n_samples"]), str(p["levels"] or "-"), _num(p["mi"], 4),
+                     _num(p["cmi"], 4), ratio, _num(p["plugin"]["ratio"]),
+                     *(_sensitivity(p["sensitivity"].get(b)) for b in sizes)])
+        if not p["readable"]:
+            notes.append(f"H_{SHORT[t]}: the ratio cannot be read: {p['unreadable']}")
+    return ("Conditional mutual information ratio I(H_V;H_T|C) / I(H_V;H_T) (Sec. 5.2.1; chance-adjusted "
+            f"estimates, {cmi['binning']} levels; the plug-in ratio beside it is biased on few samples)\n"
+            + render(rows) + "".join(f"\n{n}" for n in notes))
+
+
+def _sensitivity(entry: Mapping[str, Any] | None) -> str:
+    if entry is None:
+        return "-"
+    return _num(entry["ratio"]) + ("" if entry["readable"] else " (unread)")
 
 
 def format_stability(analysis: Mapping[str, Any], model: str = "") -> str:

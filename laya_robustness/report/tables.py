@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from laya_robustness.families import FLAT, families_in
 from laya_robustness.records import ORIG
+from laya_robustness.report.cells import probability_lines
 
 FLOOR_MARK = "*"
 
@@ -126,6 +127,9 @@ def format_floor_table(summary: Mapping[str, Any]) -> str:
     cells = sorted((d, f != ORIG, f) for f, by_dataset in block.items() for d in by_dataset)
     for d, _, f in cells:
         c = block[f][d]
+        if c.get("probabilities"):  # a generation-only scorer: no confidence to redraw from
+            rows.append([d, f, f"n/a: {c['probabilities']}", "-", "-", "-", "-"])
+            continue
         mark = FLOOR_MARK if c["ece"] > c["floor_p95"] and c["ece"] > c["clustered_p95"] else ""
         numbers = [_num(c[k]) for k in ("floor_mean", "floor_p95", "clustered_p95")]
         rows.append([d, f, _num(c["ece"]) + mark, *numbers, _ratio(c["ratio"])])
@@ -141,7 +145,9 @@ def format_table(summary: Mapping[str, Any]) -> str:
     parts = []
     if summary.get(FLAT):
         parts.append("Accuracy [95% CI], paired delta vs orig, flip rate\n" + _accuracy_table(summary))
-        parts.append("ECE by family (point estimates)\n" + _ece_table(summary))
+        unavailable = probability_lines(summary)
+        parts.append("\n".join(unavailable) if unavailable else
+                     "ECE by family (point estimates)\n" + _ece_table(summary))
     if summary.get("injection"):
         parts.append("Injection: accuracy and attack success rate (ASR)\n" + format_injection_table(summary))
     if summary.get("floor"):

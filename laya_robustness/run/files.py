@@ -1,10 +1,12 @@
-"""Report files written atomically with the user's file mode, and names made safe for a file system."""
+"""Report files written atomically with the user's file mode (one file, or a set of them all or none), and names
+made safe for a file system."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+from typing import Mapping
 
 
 def file_safe(text: str) -> str:
@@ -17,16 +19,22 @@ def file_safe(text: str) -> str:
 
 
 def _umask() -> int:
+    """The process's umask: read from ``/proc`` where there is one (setting it to read it back would, for that
+    moment, give the files another thread creates mode 0666)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in the same folder, flushed to disk,
-    and a rename, so a reader never sees half a file. The file gets the mode a plain ``open`` would give
-    (0666 less the umask), not the private mode of a temporary file."""
-    path = Path(path)
+def _stage(path: Path, data: bytes | str) -> Path:
+    """``data`` in a temporary file beside ``path``, flushed to disk, with the mode a plain ``open`` would give (0666
+    less the umask), not the private mode of a temporary file. A failure names ``path`` and leaves nothing behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -35,7 +43,32 @@ def atomic_write(path: Path, data: bytes | str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a full disk names no file: name the one written
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
+    return Path(tmp)
+
+
+def write_all(files: Mapping[Path, bytes | str]) -> list[Path]:
+    """Write every file of ``files`` or none: each is staged beside its path first (see ``_stage``), and only once
+    all are staged are they renamed into place, so a full disk or an unwritable folder leaves every earlier
+    file as it was. Returns the paths written."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            staged.append((_stage(Path(path), data), Path(path)))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    return [path for _, path in staged]
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in the same folder, flushed to disk,
+    and a rename, so a reader never sees half a file (``write_all`` of one file)."""
+    write_all({Path(path): data})

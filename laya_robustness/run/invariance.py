@@ -2,9 +2,18 @@
 
 Each condition is compared with its own path's reference (the batch path with each row
 alone, or predict with one question per call and the prefix cache); ``one_pass_vs_per_option``
-holds the batch path's one pass over all options of a row to one sequence per option. For
+holds the batch path's one pass over all options of a row to one sequence per option, and
+``shared_prefix_vs_alone`` its shared prompt prefixes (an image's prefix run once for all the rows
+about it) to each row alone over its whole prompt. For
 every row it records |dp| (calibrated probabilities), |dlogit|, the argmax before and after
 and the margin (top probability minus the runner-up) before and after.
+
+A served model (``scoring.base.AnsweringScorer``) takes the conditions its server can run
+(``ServedInvarianceRun``): each row alone, asked twice; rows sent together (in row order and reversed); each
+row sent together with the hostile neighbours. Its answers are compared by their option and their text
+(``bitwise``: the texts, and the logits where it has them, identical); without probabilities |dp| and
+|dlogit| are not available. The other conditions need a predict path, a prefix-cache switch, the weights
+or per-option scoring, which a server does not offer: they raise ``ConditionNotSupported`` saying so.
 """
 
 from __future__ import annotations
@@ -17,8 +26,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from laya_robustness.metrics.calibration import calibrated_probs
+from laya_robustness.records import NO_PROBABILITIES, UNPARSED_ANSWER
 from laya_robustness.rows import Row
 from laya_robustness.run.scoring import cluster_indices
+from laya_robustness.scoring.base import Answer, answers_in_text
 
 FP32, BF16 = "fp32", "bf16"
 LONG_CONTEXT = " ".join(["This sentence only makes the prompt long."] * 24)
@@ -51,6 +62,9 @@ CONDITIONS = (
     Condition("one_pass_vs_per_option", "batch",
               "all options of a row in one sequence (block option attention) vs one sequence per option, "
               "each row alone"),
+    Condition("shared_prefix_vs_alone", "batch",
+              "the rows in one call with a neighbour about the same image each, every image's prompt prefix run "
+              "once (or read from the prefix store), vs each row alone over its whole prompt"),
 )
 CONDITION_NAMES = tuple(c.name for c in CONDITIONS)
 #: The thresholds section whose limits apply to any condition that ran in bf16 (a flip budget).
@@ -62,6 +76,20 @@ DUAL_PREFIX = "dual:"
 #: The conditions a dual encoder can take (one image per row; there is no prefix cache to vary).
 DUAL_CONDITIONS = ("repeat_batch", "repeat_predict", "batched", "batched_reversed", "bf16_weights",
                    "predict_vs_batch")
+#: Why a served model cannot take the other conditions (``ServedInvarianceRun``).
+_NO_PREDICT = "a served model has no predict path (one chat request answers one question)"
+SERVED_UNSUPPORTED = {
+    "repeat_predict": _NO_PREDICT,
+    "predict_all_questions": _NO_PREDICT,
+    "predict_all_questions_hostile": _NO_PREDICT,
+    "prefix_cache_one": "a request cannot switch the server's prefix (KV) cache off",
+    "prefix_cache_all": "a request cannot switch the server's prefix (KV) cache off",
+    "bf16_weights": "the weights behind a server are not the harness's to cast to bf16",
+    "predict_vs_batch": "a served model has one path (a chat request): no predict and batch paths to compare",
+    "one_pass_vs_per_option": "a served model generates its answer: it does not score options one by one",
+}
+#: What stands in for the precision of a served model's conditions (the server's own is unknown).
+SERVED = "served"
 
 
 def limits_section(condition: str, precision: str) -> str:
@@ -83,6 +111,14 @@ def hostile_rows(rows: Sequence[Row]) -> list[Row]:
         dataclasses.replace(base, row_id="hostile/text_only", images=()),
         dataclasses.replace(eight, row_id="hostile/eight_options", options=options, display_order=None),
     ]
+
+
+def prefix_neighbours(rows: Sequence[Row]) -> list[Row]:
+    """For each row with images, another question about the same images (reworded, options reversed): rows that
+    share its prompt prefix."""
+    return [dataclasses.replace(r, row_id=f"{r.row_id}/prefix_neighbour", question=f"Look again. {r.question}",
+                                display_order=tuple(reversed(r.display_order or range(len(r.options)))))
+            for r in rows if r.images]
 
 
 def _margin(probs: np.ndarray) -> float:
@@ -110,6 +146,28 @@ def compare(rows: Sequence[Row], reference: Sequence[np.ndarray], condition: Seq
             "flipped": flips, "per_row": per_row}
 
 
+def _choice(answer: Answer) -> int:
+    return UNPARSED_ANSWER if answer.choice is None else answer.choice
+
+
+def compare_answers(rows: Sequence[Row], reference: Sequence[Answer], condition: Sequence[Answer],
+                    temperatures) -> dict:
+    """Stats of one condition of a served model: with logits in every answer, those of :func:`compare`; flips
+    compare the chosen options (unparsed is its own answer), ``bitwise`` the texts (and logits); without
+    logits |dp|, |dlogit| and margins are None and ``probabilities`` says why."""
+    same_texts = all(a.text == b.text for a, b in zip(reference, condition, strict=True))
+    if all(a.logits is not None for a in (*reference, *condition)):
+        stats = compare(rows, [a.logits for a in reference], [b.logits for b in condition], temperatures)
+        return {**stats, "bitwise": stats["bitwise"] and same_texts, "compared": "answer texts and logits"}
+    per_row = [{"row_id": row.row_id, "dataset": row.dataset, "abs_dp": None, "abs_dlogit": None,
+                "answer": [_choice(a), _choice(b)], "margin": [None, None], "text": [a.text, b.text]}
+               for row, a, b in zip(rows, reference, condition, strict=True)]
+    flipped = [e for e in per_row if e["answer"][0] != e["answer"][1]]
+    return {"rows": len(per_row), "max_abs_dp": None, "max_abs_dlogit": None, "flips": len(flipped),
+            "bitwise": same_texts, "compared": "answer texts", "probabilities": NO_PROBABILITIES,
+            "flipped": flipped, "per_row": per_row}
+
+
 class InvarianceRun:
     """Scores one row set under every condition, computing each path's reference once."""
 
@@ -126,8 +184,16 @@ class InvarianceRun:
             self._cache[key] = make()
         return self._cache[key]
 
+    def one(self, row: Row):
+        """One row scored alone on the batch path (the unit every batch condition is compared with)."""
+        return self.scorer.score_batch([row])[0]
+
+    def group(self, rows: Sequence[Row]) -> list:
+        """Rows scored together on the batch path."""
+        return self.scorer.score_batch(rows)
+
     def alone(self) -> list[np.ndarray]:
-        return self._once("alone", lambda: [self.scorer.score_batch([r])[0] for r in self.rows])
+        return self._once("alone", lambda: [self.one(r) for r in self.rows])
 
     def predict_one(self, use_cache: bool = True) -> list[np.ndarray]:
         return self._once(f"predict_one_{use_cache}",
@@ -145,12 +211,12 @@ class InvarianceRun:
         out: list[np.ndarray | None] = [None] * len(self.rows)
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
-            for i, logits in zip(idx, self.scorer.score_batch([self.rows[i] for i in idx])):
+            for i, logits in zip(idx, self.group([self.rows[i] for i in idx])):
                 out[i] = logits
         return out
 
     def with_hostile(self) -> list[np.ndarray]:
-        return [self.scorer.score_batch([r, *self.hostile])[0] for r in self.rows]
+        return [self.group([r, *self.hostile])[0] for r in self.rows]
 
     def per_option(self) -> list[np.ndarray]:
         """The batch path with one sequence per (row, option), each row alone."""
@@ -158,6 +224,15 @@ class InvarianceRun:
         if per_option is None:
             raise ConditionNotSupported(f"{type(self.scorer).__name__} has no score_batch_per_option")
         return self._once("per_option", lambda: [per_option([r])[0] for r in self.rows])
+
+    def shared_prefixes(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(each row alone over its whole prompt, the rows scored with their prefix neighbours in one call)."""
+        unshared = getattr(self.scorer, "score_batch_unshared", None)
+        if unshared is None or not getattr(self.scorer, "shares_prefixes", False):
+            how = getattr(self.scorer, "identity", {}).get("prefix_sharing", "no score_batch_unshared")
+            raise ConditionNotSupported(f"{type(self.scorer).__name__} shares no prompt prefixes ({how})")
+        alone = self._once("unshared", lambda: [unshared([r])[0] for r in self.rows])
+        return alone, self.scorer.score_batch(self.rows + prefix_neighbours(self.rows))[:len(self.rows)]
 
     def bf16_pair(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The batch path alone under bf16 autocast: fp32 weights, then bf16 weights.
@@ -184,7 +259,7 @@ class InvarianceRun:
         """(reference, condition) logits of the named condition."""
         n = len(self.rows)
         if name == "repeat_batch":
-            return self.alone(), [self.scorer.score_batch([r])[0] for r in self.rows]
+            return self.alone(), [self.one(r) for r in self.rows]
         if name == "repeat_predict":
             return self.predict_one(), [self.scorer.score_predict([r])[0] for r in self.rows]
         if name == "batched":
@@ -207,6 +282,8 @@ class InvarianceRun:
             return self.predict_one(), self.alone()
         if name == "one_pass_vs_per_option":
             return self.per_option(), self.alone()
+        if name == "shared_prefix_vs_alone":
+            return self.shared_prefixes()
         raise KeyError(f"unknown invariance condition {name!r} (known: {', '.join(CONDITION_NAMES)})")
 
     def precision(self, name: str) -> str:
@@ -217,7 +294,38 @@ class InvarianceRun:
         uses_batch = next(c for c in CONDITIONS if c.name == name).path == "batch" or name == "predict_vs_batch"
         return BF16 if uses_batch and batch_bf16 else FP32
 
+    def compare(self, reference: Sequence, condition: Sequence) -> dict:
+        return compare(self.rows, reference, condition, self.temperatures)
+
     def run(self, name: str) -> dict:
         reference, condition = self.scores(name)
-        return {"condition": name, "precision": self.precision(name),
-                **compare(self.rows, reference, condition, self.temperatures)}
+        return {"condition": name, "precision": self.precision(name), **self.compare(reference, condition)}
+
+
+class ServedInvarianceRun(InvarianceRun):
+    """A served model's rows under the conditions its server can run (see the module doc): a row alone is one
+    request, rows together are requests in flight together; their answers are compared (``compare_answers``)."""
+
+    def one(self, row: Row) -> Answer:
+        return self.scorer.answers([row])[0]
+
+    def group(self, rows: Sequence[Row]) -> list[Answer]:
+        return self.scorer.answers(rows)
+
+    def scores(self, name: str) -> tuple[list, list]:
+        """(reference, condition) answers; ConditionNotSupported for a condition a server cannot run."""
+        if name in SERVED_UNSUPPORTED:
+            raise ConditionNotSupported(SERVED_UNSUPPORTED[name])
+        return super().scores(name)
+
+    def precision(self, name: str) -> str:
+        return SERVED
+
+    def compare(self, reference: Sequence, condition: Sequence) -> dict:
+        return compare_answers(self.rows, reference, condition, self.temperatures)
+
+
+def invariance_run(scorer, rows: Sequence[Row], batch_size: int, temperatures):
+    """The invariance run of a scorer: ``ServedInvarianceRun`` for a served model, else ``InvarianceRun``."""
+    kind = ServedInvarianceRun if answers_in_text(scorer) else InvarianceRun
+    return kind(scorer, rows, batch_size, temperatures)

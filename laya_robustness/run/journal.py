@@ -1,15 +1,18 @@
 """The scoring journal: every record appended and flushed as it is scored, keyed by what it depends on.
 
-A run writes ``<report-dir>/journal/<device>[.<worker>].jsonl``, one line per scored row:
+A run writes ``<report-dir>/journal/<device>[.<worker>].<run>.jsonl``, one line per scored row:
 ``{"key": ..., "record": {...}}``. The key is the sha256 of the run's scoring configuration
 (model weight hashes, scorer, precision, scoring path, batch size, temperatures) and the row's own
 content (ids, family, variant, question, options, display order, label, context, meta and the pixels
 of its images), so a record is reused only for exactly the row and configuration it was scored with,
 whatever the seed that built the row. ``--resume`` reads every journal of the journal folder
 (``--journal``, by default ``<report-dir>/journal``) and scores only the rows it lacks; a line cut
-short by a killed process is ignored. Rows are scored in the same batches as a fresh run's except
-where a chunk is partly journaled; on the CPU with eager attention a row's logits do not depend on its
-batch (the invariance conditions check it), so the result is the same.
+short by a killed process is ignored (so only its row is scored again). Each process of each run appends
+to a file of its own (``<run>`` is the run's token), so several runs can share a ``--journal`` folder:
+no two processes ever append to one file, and a resumed run never appends after a torn line. Rows are
+scored in the same batches as a fresh run's except where a chunk is partly journaled; on the CPU with
+eager attention a row's logits do not depend on its batch (the invariance conditions check it), so the
+result is the same.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "cpu.jsonl"
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from laya_robustness.rows import image_digest
+from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.files import file_safe
 
 JOURNAL_DIR = "journal"
@@ -68,7 +72,7 @@ def read_journals(folder: Path) -> dict[str, dict]:
     """key -> record of every complete line of every journal in ``folder`` (a torn last line is skipped)."""
     out: dict[str, dict] = {}
     for path in sorted(Path(folder).glob("*.jsonl")):
-        with path.open(encoding="utf-8") as fh:
+        with path.open(encoding="utf-8", errors="replace") as fh:  # a torn multi-byte character: that line only
             for line in fh:
                 try:
                     entry = json.loads(line)
@@ -86,20 +90,25 @@ class Journal:
         self.path, self.config, self.known = Path(path), config, dict(known)
 
     def append(self, entries: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-        """Write ``(key, record)`` lines and flush them to the operating system at once."""
+        """Write ``(key, record)`` lines and flush them to the operating system at once; a failure to write (a full
+        disk, a folder made read-only) is a ``HarnessError`` naming the journal."""
         lines = [json.dumps({"key": k, "record": r}, sort_keys=True, separators=(",", ":")) + "\n" for k, r in entries]
         if not lines:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write("".join(lines))
-            fh.flush()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write("".join(lines))
+                fh.flush()
+        except OSError as exc:
+            raise HarnessError(f"cannot append to the scoring journal {self.path}: {exc.strerror or exc}") from exc
 
 
 def open_journal(folder: Path, key: str, worker: str | None, identity: Mapping[str, Any], settings: Mapping[str, Any],
-                 resume: bool) -> Journal:
-    """The journal one process appends the records of one scorer (``key``: its device and source) to:
-    ``<folder>/<key>[.<worker>].jsonl``, knowing every record of the folder's journals when ``resume``."""
-    name = file_safe(key) + (f".{worker}" if worker else "")
+                 resume: bool, run: str) -> Journal:
+    """The journal one process of run ``run`` (its token) appends the records of one scorer (``key``: its device
+    and source) to: ``<folder>/<key>[.<worker>].<run>.jsonl``, knowing every record of the folder's journals
+    when ``resume``."""
+    name = file_safe(key) + (f".{worker}" if worker else "") + f".{file_safe(run)}"
     known = read_journals(folder) if resume else {}
     return Journal(Path(folder) / f"{name}.jsonl", config_fingerprint(identity, settings), known)

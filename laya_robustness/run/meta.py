@@ -26,7 +26,7 @@ def run_meta(session, device: str) -> dict:
     precision, batch size, versions."""
     s = session.settings
     identity = dict(session.identities.get(device, {}))
-    identity["model"] = s.model_name
+    identity["model"] = session.model_name
     dual = session.identities.get(f"{device}/dual")
     if dual:
         identity["dual"] = dict(dual)

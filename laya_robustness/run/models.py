@@ -41,8 +41,8 @@ def identity_key(device: str, source: str) -> str:
 
 
 def load_source_scorer(settings, model: str, device: str, dual: bool):
-    """The scorer of one row source on ``device``: a dual encoder (``dual``) or the run's ``--scorer`` (hf, or a
-    plug-in), with the run's precision, batch size, attention and cache bounds (``settings``: the run's
+    """The scorer of one row source on ``device``: a dual encoder (``dual``) or the run's ``--scorer`` (hf, a served
+    model, or a plug-in), with the run's precision, batch size, attention and cache bounds (``settings``: the run's
     parsed options). Raises whatever loading raises."""
     s = settings
     if dual:
@@ -52,6 +52,9 @@ def load_source_scorer(settings, model: str, device: str, dual: bool):
                                                  attn_implementation=s.attn_implementation)
     from laya_robustness.scoring.factory import load_scorer
 
+    served = {"endpoint": s.endpoint, "api_key_env": s.api_key_env, "concurrency": s.concurrency,
+              "timeout_s": s.request_timeout}
     return load_scorer(s.scorer, model, device=device, precision=s.precision, batch_size=s.batch_size,
                        attn_implementation=s.attn_implementation, feature_cache_bytes=s.feature_cache_mb << 20,
-                       pixel_cache_bytes=s.pixel_cache_mb << 20)
+                       pixel_cache_bytes=s.pixel_cache_mb << 20, prefix_cache_bytes=s.prefix_cache_mb << 20,
+                       served=served)

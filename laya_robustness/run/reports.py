@@ -2,12 +2,13 @@
 decision) and invariance.json per device (report.html and summary.md beside them are rendered by
 ``laya_robustness.report``).
 
-Every file is written atomically (a temporary file in the same folder, then a rename), so a reader
-never sees half a report. A run that did not finish (interrupted, stopped early, a harness error)
-says so in the summary's meta (``complete: false`` and the reason) and on the terminal, and never
-replaces the complete report of an earlier run: its files then get an ``.incomplete`` infix. A
-complete run removes the report files it did not write this time (a stale invariance.json of an
-older run, say) and the scoring journal it no longer needs.
+A run's report files are written all or none (``laya_robustness.run.files.write_all``), so a reader never
+sees half a report and a full disk leaves the earlier one as it was. A run that did not finish (interrupted,
+stopped early, a harness error) or whose tests left cells of its ``--families`` unjudged (``-k``, ``--lf``,
+``-x``: see ``laya_robustness.run.scope``) says so in the summary's meta (``complete: false``, the reason and
+the scope) and on the terminal, and never replaces the complete report of an earlier run: its files then get
+an ``.incomplete`` infix. A complete run removes the report files it did not write this time (a stale
+invariance.json of an older run, say) and the scoring journal it no longer needs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pathlib import Path
 from laya_robustness.gate.catalogue import CHECKS
 from laya_robustness.gate.results import INVARIANCE
 from laya_robustness.predictions import predictions_bytes
-from laya_robustness.run.files import atomic_write
 from laya_robustness.run.journal import JOURNAL_DIR
 from laya_robustness.run.meta import invariance_meta, run_meta
 from laya_robustness.summary import summarize
@@ -63,8 +63,9 @@ def ordered_results(results: list[dict]) -> list[dict]:
     return sorted(results, key=key)
 
 
-def write_reports(session) -> list[Path]:
-    """Write every device's reports (see the module doc); returns the paths written."""
+def data_files(session) -> dict[Path, bytes]:
+    """Every device's data reports (see the module doc) by path, as their final names; keeps each device's summary
+    in ``session.summaries``."""
     complete = session.incomplete_reason is None
     files: dict[Path, bytes] = {}
     for device, conditions in sorted(session.invariance_results.items()):
@@ -76,6 +77,8 @@ def write_reports(session) -> list[Path]:
         meta = {**run_meta(session, device), "complete": complete}
         if not complete:
             meta["incomplete_reason"] = session.incomplete_reason
+        if device in session.scopes:
+            meta["scope"] = session.scopes[device].meta()
         if session.settings.baseline is None and not session.settings.ece_floor_sims:
             summary = {**session.records_summary(device), "meta": meta}  # the snapshot's, when it ran
         else:
@@ -89,14 +92,17 @@ def write_reports(session) -> list[Path]:
         files[out / "checks.json"] = _json({"meta": {"device": device, "complete": complete,
                                                      "interval_checks": session.n_interval_checks,
                                                      "alpha": session.thresholds.gate.alpha}, "results": results})
-    keep_previous = not complete and any(_previous_is_complete(p.parent) for p in files)
-    written = []
-    for path, data in files.items():
-        target = path.with_name(incomplete_name(path.name)) if keep_previous else path
-        atomic_write(target, data)
-        written.append(target)
-    session.kept_previous_report = keep_previous
-    return written
+    return files
+
+
+def report_targets(session, files: dict[Path, bytes]) -> dict[Path, bytes]:
+    """``files`` under the names they are written as: their own, or their incomplete twins when this run is
+    incomplete and a complete report is in one of their folders (``session.kept_previous_report`` says which)."""
+    complete = session.incomplete_reason is None
+    session.kept_previous_report = not complete and any(_previous_is_complete(p.parent) for p in files)
+    if not session.kept_previous_report:
+        return dict(files)
+    return {path.with_name(incomplete_name(path.name)): data for path, data in files.items()}
 
 
 def _json(value) -> bytes:

@@ -1,12 +1,16 @@
 """How rows become prediction records: the scorer's logits (the batch path in one call, the predict path one
-call per image cluster) or its generated answers, scored in chunks that are journaled as they finish.
+call per image cluster), its generated answers, or a served model's answers in text, scored in chunks that are
+journaled as they finish.
 
 A record holds raw logits to 4 d.p., calibrated probabilities to 5 d.p. and the argmax of the rounded
-logits, so a summary re-made from the predictions file equals the online one.
+logits, so a summary re-made from the predictions file equals the online one. A row answered in text
+(``scoring.base.AnsweringScorer``) keeps the generated text and the extraction rule beside them; without
+probabilities its record holds the chosen option alone (``records.GENERATED_FIELDS``).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -14,9 +18,10 @@ import numpy as np
 
 from laya_robustness.answers import normalize_answer
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES, calibrated_probs
-from laya_robustness.records import OPEN, Record
+from laya_robustness.records import OPEN, UNPARSED_ANSWER, Record
 from laya_robustness.rows import Row
 from laya_robustness.run.journal import Journal, row_key
+from laya_robustness.scoring.base import Answer, answers_in_text
 
 #: Batches of the batch path per scoring chunk (the unit that is journaled, and that the progress bar counts).
 CHUNK_BATCHES = 16
@@ -49,6 +54,23 @@ def open_record(row, generated: str) -> Record:
         "family": row.family, "variant": row.variant, "primitive": OPEN, "label": -1, "argmax": -1,
         "n_images": len(row.images), "logits": [], "probs": [], "meta": dict(row.meta), "category": row.category,
         "raw_answer": generated, "answer": answer, "answers": accepted, "correct": answer in accepted,
+    }
+    return Record.parse(record, f"row {row.row_id}")
+
+
+def answer_record(row, answer: Answer, temperatures: Mapping[str, float]) -> Record:
+    """The record of a choice / yes-no row answered in text: with option logits, a ``prediction_record`` (its
+    argmax the most probable option) plus the text and extraction rule; without, the chosen option as argmax
+    (``UNPARSED_ANSWER`` when the text names none), the number of options and no logits or probabilities."""
+    generated = {"raw_answer": answer.text, "extraction": answer.extraction}
+    if answer.logits is not None:
+        return Record.parse({**prediction_record(row, answer.logits, temperatures), **generated}, f"row {row.row_id}")
+    record = {
+        "row_id": row.row_id, "group_id": row.group_id, "cluster": row.cluster, "dataset": row.dataset,
+        "family": row.family, "variant": row.variant, "primitive": row.primitive, "label": row.label,
+        "n_images": len(row.images), "logits": [], "probs": [], "n_options": len(row.options),
+        "argmax": UNPARSED_ANSWER if answer.choice is None else int(answer.choice), "meta": dict(row.meta),
+        "category": row.category, **generated,
     }
     return Record.parse(record, f"row {row.row_id}")
 
@@ -86,7 +108,10 @@ class Scoring:
         out: list = [None] * len(rows)
         closed = [i for i, r in enumerate(rows) if r.primitive != OPEN]
         opened = [i for i, r in enumerate(rows) if r.primitive == OPEN]
-        if closed:
+        if closed and answers_in_text(self.scorer):
+            for i, answer in zip(closed, self.scorer.answers([rows[i] for i in closed]), strict=True):
+                out[i] = answer_record(rows[i], answer, self.temperatures)
+        elif closed:
             logits = self.logits([rows[i] for i in closed])
             for i, lg in zip(closed, logits, strict=True):
                 out[i] = prediction_record(rows[i], lg, self.temperatures)
@@ -104,9 +129,12 @@ def cluster_indices(rows: Sequence[Row]) -> list[list[int]]:
     return list(groups.values())
 
 
-def scoring_chunks(rows: Sequence[Row], scoring_path: str, batch_size: int) -> list[list[int]]:
+def scoring_chunks(rows: Sequence[Row], scoring_path: str, batch_size: int, per_row: bool = False) -> list[list[int]]:
     """Row indices in the chunks a family is scored and journaled in: ``CHUNK_BATCHES`` batches of the
-    batch path (so the batches are the same as in one call), or whole image clusters of the predict path."""
+    batch path (so the batches are the same as in one call), whole image clusters of the predict path, or (a
+    served model, ``per_row``) every row alone, so each answered row is journaled as it arrives."""
+    if per_row:
+        return [[i] for i in range(len(rows))]
     if scoring_path == "batch":
         size = CHUNK_BATCHES * batch_size
         return [list(range(i, min(i + size, len(rows)))) for i in range(0, len(rows), size)]
@@ -128,6 +156,41 @@ class LocalExecutor:
         """``(index, records)`` of each chunk as it is scored; another executor may yield them in any order."""
         for index, rows in enumerate(chunks):
             yield index, self.scoring.records(rows)
+
+
+class ConcurrentExecutor:
+    """Scores chunks on ``workers`` threads (a served model's requests in flight together), yielding each chunk as
+    it finishes. When one fails, the chunks not started are cancelled, those in flight are waited for and
+    yielded if they succeeded (so they are journaled), and then the first error propagates."""
+
+    def __init__(self, scoring: Scoring, workers: int):
+        self.scoring, self.workers = scoring, workers
+
+    def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="laya-requests")
+        try:
+            futures = {pool.submit(self.scoring.records, rows): i for i, rows in enumerate(chunks)}
+            error = None
+            for future in as_completed(futures):
+                if future.cancelled():
+                    continue
+                if future.exception() is None:
+                    yield futures[future], future.result()
+                    continue
+                error = error or future.exception()
+                for other in futures:
+                    other.cancel()
+            if error is not None:
+                raise error
+        finally:  # an interrupted run does not wait for the requests not yet sent
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def executor_for(scoring: Scoring):
+    """The executor of a scoring: concurrent requests for a served model, else this process, chunk by chunk."""
+    if answers_in_text(scoring.scorer):
+        return ConcurrentExecutor(scoring, scoring.scorer.concurrency)
+    return LocalExecutor(scoring)
 
 
 def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],

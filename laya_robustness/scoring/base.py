@@ -7,6 +7,7 @@ listed in ``OPTIONAL_CAPABILITIES``, which the harness uses when present.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -54,13 +55,51 @@ class Scorer(Protocol):
         """The predict path: fp32 logits (label order) of the given rows, with or without the prefix cache."""
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A row answered in text: the generated ``text``, the option it names (label order; None when it names no
+    option or several), the extraction rule that decided (``scoring.extraction``), and the option logits (label
+    order) where the scorer has probabilities (a server's ``top_logprobs``), else None."""
+
+    text: str
+    choice: int | None
+    extraction: str
+    logits: np.ndarray | None = None
+
+
+@runtime_checkable
+class AnsweringScorer(Protocol):
+    """A scorer that answers rows in text over requests (a model behind a server): the harness asks it for
+    ``answers`` instead of logits, ``concurrency`` rows at a time, and reads ``probabilities`` (whether its
+    answers carry option logits) once per run."""
+
+    identity: dict
+    concurrency: int
+    probabilities: bool
+
+    def answers(self, rows: Sequence[Row]) -> list[Answer]:
+        """One answer per row, in order (the rows' requests in flight together)."""
+
+    def generate(self, rows: Sequence[Row], max_new_tokens: int = 16) -> list[str]:
+        """The generated text of each row (open-answer rows)."""
+
+
+def answers_in_text(scorer: object) -> bool:
+    """Whether the scorer answers in text over requests (``AnsweringScorer``) rather than scoring logits."""
+    return callable(getattr(scorer, "answers", None)) and isinstance(getattr(scorer, "concurrency", None), int)
+
+
 #: Optional methods and attributes the harness uses when a scorer has them (the HF scorer has all):
 #: ``stats`` (dict of counters: ``rows``, ``forwards``, ``vision_encodes``, ...), ``generate(rows,
 #: max_new_tokens=16) -> list[str]`` (greedy answer text after the same prompt), ``layer_states(rows)
 #: -> list[np.ndarray]`` ((n_layers + 1, hidden) fp32 at the last prompt position: the hook for
-#: layerwise divergence analyses) and ``score_batch_per_option(rows)`` (the batch path with every
-#: option in its own sequence: the reference of the ``one_pass_vs_per_option`` invariance condition).
-OPTIONAL_CAPABILITIES = ("stats", "generate", "layer_states", "score_batch_per_option")
+#: layerwise divergence analyses), ``score_batch_per_option(rows)`` (the batch path with every
+#: option in its own sequence: the reference of the ``one_pass_vs_per_option`` invariance condition)
+#: and ``shares_prefixes`` with ``score_batch_unshared(rows)`` (whether rows about one image share their
+#: prompt prefix, and the batch path with every row over its whole prompt: the reference of
+#: ``shared_prefix_vs_alone``).
+OPTIONAL_CAPABILITIES = ("stats", "generate", "layer_states", "score_batch_per_option", "shares_prefixes",
+                         "score_batch_unshared")
 
 
 def check_scorer(scorer: object, source: str) -> object:
@@ -101,6 +140,13 @@ def to_label_order(row: Row, shown_logits: Sequence[float]) -> np.ndarray:
     out = np.empty_like(shown)
     out[list(row.display_order)] = shown
     return out
+
+
+def label_choice(row: Row, shown_index: int | None) -> int | None:
+    """An option's index in display order mapped to label order (None stays None: no option named)."""
+    if shown_index is None or row.display_order is None:
+        return shown_index
+    return row.display_order[shown_index]
 
 
 def batch_precision(precision: str, device: str) -> str:

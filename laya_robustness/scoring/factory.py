@@ -1,24 +1,35 @@
-"""Which scorer a run uses: the Hugging Face scorer (``hf``) or a plug-in factory (``module:function``)."""
+"""Which scorer a run uses: the Hugging Face scorer (``hf``), a model behind an OpenAI-compatible server
+(``openai``) or a plug-in factory (``module:function``)."""
 
 from __future__ import annotations
 
 import importlib
 
 from laya_robustness.scoring.base import ScorerContractError, check_scorer
-from laya_robustness.scoring.cache import DEFAULT_FEATURE_CACHE_BYTES, DEFAULT_PIXEL_CACHE_BYTES
+from laya_robustness.scoring.cache import (
+    DEFAULT_FEATURE_CACHE_BYTES,
+    DEFAULT_PIXEL_CACHE_BYTES,
+    DEFAULT_PREFIX_CACHE_BYTES,
+)
+
+#: The ``--scorer`` of a model behind an OpenAI-compatible chat endpoint (``scoring.served``).
+SERVED_SCORER = "openai"
 
 
-def load_scorer(spec: str, model: str, *, device: str = "cpu", precision: str = "auto", batch_size: int = 16,
+def load_scorer(spec: str, model: str | None, *, device: str = "cpu", precision: str = "auto", batch_size: int = 16,
                 attn_implementation: str = "eager", trust_remote_code: bool = False,
                 feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
-                pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES):
-    """``hf``: a Hugging Face image-text-to-text model; ``module:function``: a plug-in factory.
+                pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES,
+                prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, served: dict | None = None):
+    """``hf``: a Hugging Face image-text-to-text model; ``openai``: ``model`` (None: the endpoint's only model)
+    behind the OpenAI-compatible endpoint of ``served`` (``ServedScorer.connect``'s keywords: ``endpoint``,
+    ``api_key_env``, ``concurrency``, ``timeout_s``); ``module:function``: a plug-in factory.
 
     A plug-in factory is called as ``function(model, device=..., precision=..., batch_size=...,
     attn_implementation=...)`` and must return what ``laya_robustness.scoring.base.Scorer``
     declares (checked here: ``ScorerContractError`` otherwise). Loading failures are
     ``ModelLoadError`` (``UnsupportedArchitecture`` for an architecture without an adapter). The cache
-    bounds apply to ``hf`` (``HFVLMScorer``'s vision-feature and pixel stores).
+    bounds apply to ``hf`` (``HFVLMScorer``'s vision-feature, pixel and prompt-prefix stores).
     """
     if spec == "hf":
         from laya_robustness.scoring.hf import HFVLMScorer
@@ -27,10 +38,18 @@ def load_scorer(spec: str, model: str, *, device: str = "cpu", precision: str = 
                                            attn_implementation=attn_implementation,
                                            trust_remote_code=trust_remote_code,
                                            feature_cache_bytes=feature_cache_bytes,
-                                           pixel_cache_bytes=pixel_cache_bytes)
+                                           pixel_cache_bytes=pixel_cache_bytes,
+                                           prefix_cache_bytes=prefix_cache_bytes)
+    if spec == SERVED_SCORER:
+        from laya_robustness.scoring.served import ServedScorer
+
+        if not served or not served.get("endpoint"):
+            raise ScorerContractError(f"scorer {spec!r} needs an endpoint (--endpoint)")
+        settings = dict(served)
+        return ServedScorer.connect(settings.pop("endpoint"), model, **settings)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ScorerContractError(f"scorer {spec!r} is neither 'hf' nor 'module:function'")
+        raise ScorerContractError(f"scorer {spec!r} is neither 'hf', {SERVED_SCORER!r} nor 'module:function'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

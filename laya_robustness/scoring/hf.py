@@ -12,6 +12,13 @@ module runs the paths:
   as its own prompt + option sequence (``use_cache=False``).
 - **per option** (``score_batch_per_option``): the batch path with one sequence per (row, option),
   the reference the one-pass batch path is held to.
+- **shared prefixes** (batch and predict with the cache): a row's prompt through its last image token
+  (``scoring.prefixes``) runs once per content and precision, in a forward of its own; its keys and
+  values are kept (a segmented LRU bounded by bytes, ``cache.DEFAULT_PREFIX_CACHE_BYTES``) and every
+  row that shares it, in this call or a later one, runs only its own tokens against them. A row with
+  a shareable prefix is always scored this way, so its logits do not depend on what the store held.
+  ``score_batch_unshared`` runs every row's whole prompt (the reference the shared path is held to);
+  architectures whose prompt attends bidirectionally (PaliGemma) share nothing, as the identity says.
 
 Images are preprocessed once per content (sha256 of mode, size and pixels) and encoded once per
 content and precision; both stores are bounded by bytes (``cache.DEFAULT_*_CACHE_BYTES``), the
@@ -20,7 +27,9 @@ A batch-path call is scored in windows whose pixels fit half the pixel cache, an
 layout outlives its pixels, so large images are not preprocessed again when the cache is full;
 large images are preprocessed a few rows ahead on a thread pool.
 Templated prompts and tokenized texts are cached per text. ``stats`` counts rows, forwards,
-vision encodes, preprocessed image groups and cache hits.
+vision encodes, preprocessed image groups, cache hits, the language-model tokens computed
+(``tokens``) and those a scorer running each row's whole prompt and options would compute
+(``tokens_alone``), prefixes computed and rows that found theirs stored (``prefix_hits``).
 """
 
 from __future__ import annotations
@@ -30,18 +39,19 @@ import copy
 import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from laya_robustness.rows import Row, image_digest
-from laya_robustness.scoring import layout
+from laya_robustness.scoring import layout, prefixes
 from laya_robustness.scoring.base import ModelLoadError, ScoringError, batch_precision, to_label_order
 from laya_robustness.scoring.cache import (
     DEFAULT_FEATURE_CACHE_BYTES,
     DEFAULT_PIXEL_CACHE_BYTES,
+    DEFAULT_PREFIX_CACHE_BYTES,
     ByteLRU,
     SegmentedLRU,
     tensor_bytes,
@@ -73,20 +83,28 @@ PREFETCH_MIN_OUTPUT_BYTES = 1 << 20
 #: 512 px each) would be 272 tiles at once; such groups are encoded one at a time instead.
 VISION_BATCH_VALUES = 16 * 3 * 512 * 512
 _PREPROCESS_POOL: list[ThreadPoolExecutor] = []
-STAT_KEYS = ("rows", "forwards", "sequences", "tokens", "vision_encodes", "vision_forwards", "feature_cache_hits",
-             "image_preprocess", "pixel_cache_hits", "prompt_cache_hits")
+STAT_KEYS = ("rows", "forwards", "sequences", "tokens", "tokens_alone", "prefixes", "prefix_hits", "vision_encodes",
+             "vision_forwards", "feature_cache_hits", "image_preprocess", "pixel_cache_hits", "prompt_cache_hits")
 
 __all__ = ["HFVLMScorer", "ModelLoadError", "PreparedRow", "EncodedRow", "weight_hashes"]
 
 
 @dataclass(frozen=True)
 class PreparedRow:
-    """A row ready for the language model: its prompt, its image groups (content keys) and its options' ids."""
+    """A row ready for the language model: its prompt, its image groups (content keys), its options' ids and its
+    shareable prefix (``prefix_length`` leading prompt tokens, keyed by ``prefix``; None: nothing shared)."""
 
     row_id: str
     prompt: layout.Prompt
     groups: tuple[tuple[str, ...], ...]
     options: tuple[tuple[int, ...], ...]  # display order
+    prefix_length: int = 0
+    prefix: tuple | None = None  # (image group keys, prefix ids)
+
+    @property
+    def alone_tokens(self) -> int:
+        """Language-model tokens of the row's one-pass sequence: its prompt and every option but its last token."""
+        return len(self.prompt.ids) + sum(len(o) - 1 for o in self.options)
 
 
 @dataclass
@@ -147,7 +165,8 @@ class HFVLMScorer:
 
     def __init__(self, model, processor, *, device: str = "cpu", precision: str = "auto", batch_size: int = 16,
                  identity: dict | None = None, feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
-                 pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES, vision_batch_size: int | None = None):
+                 pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES, vision_batch_size: int | None = None,
+                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
         if batch_size < 1:
@@ -158,10 +177,10 @@ class HFVLMScorer:
         self.device, self.precision, self.batch_size = device, precision, batch_size
         self.vision_batch_size = vision_batch_size or batch_size
         self.vision_batch_values = VISION_BATCH_VALUES
-        self.identity = {**(identity or {}), **self.adapter.identity()}
+        self._cache_bytes = (feature_cache_bytes, pixel_cache_bytes, prefix_cache_bytes)
+        self.identity = {**(identity or {}), **self.adapter.identity(), "prefix_sharing": self._prefix_sharing()}
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.eos_token = self.adapter.end_of_answer()
-        self._cache_bytes = (feature_cache_bytes, pixel_cache_bytes)
         #: Preprocess ahead on the thread pool: None decides per group by its size (see PREFETCH_MIN_PIXELS).
         self.prefetch: bool | None = None
         self._last_output_bytes = 0
@@ -171,6 +190,7 @@ class HFVLMScorer:
         self.stats = {k: 0 for k in STAT_KEYS}
         self._feature_store = SegmentedLRU(self._cache_bytes[0])
         self._pixels = ByteLRU(self._cache_bytes[1])
+        self._prefixes = SegmentedLRU(self._cache_bytes[2])  # (mode, prefix key) -> prefixes.PrefixKV
         self._layouts = ByteLRU(LAYOUT_CACHE_BYTES)
         self._pending: dict = {}  # image key -> future of its preprocessing, submitted ahead of its row
         self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _TextCache()
@@ -179,7 +199,8 @@ class HFVLMScorer:
     def from_pretrained(cls, name_or_path: str, *, device: str = "cpu", precision: str = "auto",
                         batch_size: int = 16, attn_implementation: str = "eager",
                         trust_remote_code: bool = False, feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
-                        pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES) -> "HFVLMScorer":
+                        pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES,
+                        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES) -> "HFVLMScorer":
         """Load a local directory or a hub id (local cache first) through the adapter of its architecture."""
         from transformers import AutoConfig
 
@@ -200,11 +221,17 @@ class HFVLMScorer:
         identity = {"model": str(name_or_path), "weights_sha256": weight_hashes(local) if local else {},
                     "attn_implementation": attn_implementation}
         return cls(model.to(device), processor, device=device, precision=precision, batch_size=batch_size,
-                   identity=identity, feature_cache_bytes=feature_cache_bytes, pixel_cache_bytes=pixel_cache_bytes)
+                   identity=identity, feature_cache_bytes=feature_cache_bytes, pixel_cache_bytes=pixel_cache_bytes,
+                   prefix_cache_bytes=prefix_cache_bytes)
 
-    def replaced(self, *, model=None, precision: str | None = None) -> "HFVLMScorer":
-        """A scorer like this one with another model (e.g. bf16 weights) or precision, and empty caches."""
+    def replaced(self, *, model=None, precision: str | None = None,
+                 prefix_cache_bytes: int | None = None) -> "HFVLMScorer":
+        """A scorer like this one with another model (e.g. bf16 weights), precision or prefix store bound (0: no
+        prefix sharing), and empty caches."""
         other = copy.copy(self)
+        if prefix_cache_bytes is not None:
+            other._cache_bytes = (*self._cache_bytes[:2], prefix_cache_bytes)
+            other.identity = {**self.identity, "prefix_sharing": other._prefix_sharing()}
         if model is not None:
             other.model = model.eval()
         other.adapter = type(self.adapter)(other.model, self.processor)  # its own, never shared
@@ -214,6 +241,17 @@ class HFVLMScorer:
             other.precision = precision
         other._reset_caches()
         return other
+
+    def _prefix_sharing(self) -> str:
+        """The identity's ``prefix_sharing``: the adapter's way, or none without a prefix store."""
+        if not self._cache_bytes[2]:
+            return "none: no prefix store (prefix_cache_bytes 0); each row runs its whole prompt"
+        return self.adapter.prefix_sharing()
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether rows about the same images run their shared prompt prefix once (see the module doc)."""
+        return bool(self._cache_bytes[2]) and not self.adapter.bidirectional_prompt
 
     # -- precision ------------------------------------------------------------------------------
 
@@ -264,12 +302,14 @@ class HFVLMScorer:
             self.adapter.tokenize_answer(text) if answer else self.adapter.tokenize_prompt(text)))
         return ids
 
-    def _prompt(self, text: str, keys: tuple, groups: list[tuple]) -> layout.Prompt:
-        """The prompt of a templated text with these image groups: expanded, tokenized, positioned."""
+    def _prompt(self, text: str, keys: tuple, groups: list[tuple]) -> tuple[layout.Prompt, int]:
+        """The prompt of a templated text with these image groups (expanded, tokenized, positioned) and the
+        length of its shareable prefix."""
         entries = [self._image_layout(k, g) for k, g in zip(keys, groups)]
         ids = self._ids(self.adapter.expand(text, [r for _, reps in entries for r in reps]))
-        return layout.Prompt(tuple(ids), self.adapter.prompt_positions(ids, [t for t, _ in entries]),
-                             self.adapter.prompt_blocks(ids))
+        blocks = self.adapter.prompt_blocks(ids)
+        prompt = layout.Prompt(tuple(ids), self.adapter.prompt_positions(ids, [t for t, _ in entries]), blocks)
+        return prompt, self.adapter.prefix_length(ids, blocks)
 
     def _keyed_groups(self, row: Row) -> list[tuple[tuple[str, ...], tuple]]:
         """(content key, images) of each image group of a row, as the adapter groups them."""
@@ -280,10 +320,11 @@ class HFVLMScorer:
         text, _ = self._templates.lookup((user_text(row), len(row.images)), lambda: self.adapter.prompt_text(row))
         keyed = self._keyed_groups(row)
         keys, groups = tuple(k for k, _ in keyed), [g for _, g in keyed]
-        prompt, hit = self._prompts.lookup((text, keys), lambda: self._prompt(text, keys, groups))
+        (prompt, shared), hit = self._prompts.lookup((text, keys), lambda: self._prompt(text, keys, groups))
         self.stats["prompt_cache_hits"] += int(hit)
         options = tuple(tuple(self._ids(self.adapter.answer_text(o, text), answer=True)) for o in row.shown_options)
-        return PreparedRow(row.row_id, prompt, keys, options)
+        prefix = (keys, prompt.ids[:shared]) if shared else None
+        return PreparedRow(row.row_id, prompt, keys, options, shared, prefix)
 
     def encode(self, row: Row) -> EncodedRow:
         """The row's prompt ids, pixels and option ids as one model call takes them (used by the training recipe)."""
@@ -435,8 +476,9 @@ class HFVLMScorer:
         order = sorted(range(len(prepared)), key=lambda i: length[i])
         return [order[i:i + rows_per_forward] for i in range(0, len(order), rows_per_forward)]
 
-    def _windows(self, rows: Sequence[Row], path: str) -> Iterator[list[tuple[int, PreparedRow]]]:
-        """(index, prepared row) in row order, in windows whose pixels still to encode fit half the pixel cache.
+    def _windows(self, rows: Sequence[Row], path: str, share: bool) -> Iterator[list[tuple[int, PreparedRow]]]:
+        """(index, prepared row) in row order, in windows whose pixels still to encode fit half the pixel cache
+        (a row scored against a stored prefix, with ``share``, needs none).
 
         The caller scores a window before the next is prepared, so the pixels a window preprocessed are
         still cached when its buckets encode them: an image is preprocessed once per call, not again when
@@ -451,7 +493,7 @@ class HFVLMScorer:
                 self._prefetch(rows[i + PREFETCH_ROWS - 1:i + PREFETCH_ROWS] if i else rows[:PREFETCH_ROWS], mode)
                 prepared = self._guarded([row], lambda row=row: self.prepare(row))
                 keys: dict = {}
-                for key, group in self._keyed_groups(row):
+                for key, group in ([] if share and self._prefix_stored(prepared, mode) else self._keyed_groups(row)):
                     if budget and key not in counted and key not in keys and (key, mode) not in self._feature_store:
                         size = self._pixels.touch(key)
                         if size is None:
@@ -489,25 +531,23 @@ class HFVLMScorer:
                     continue
                 self._pending[key] = _preprocess_pool().submit(self.adapter.process_group, group)
 
-    def _forward_chunks(self, rows: Sequence[Row], path: str):
+    def _forward_chunks(self, rows: Sequence[Row], path: str, share: bool = False):
         """(row indices, rows, prepared rows, the window's held features) of each forward: the windows of
         ``_windows`` cut into length-sorted buckets of ``batch_size`` rows."""
-        for window in self._windows(rows, path):
+        for window in self._windows(rows, path, share):
             prepared, held = [p for _, p in window], {}
             for chunk in self._buckets(prepared, self.batch_size):
                 yield ([window[i][0] for i in chunk], [rows[window[i][0]] for i in chunk], [prepared[i] for i in chunk],
                        held)
 
-    def _score_rows(self, rows: Sequence[Row], one_pass: bool) -> list[np.ndarray]:
+    def _score_rows(self, rows: Sequence[Row], one_pass: bool, share: bool) -> list[np.ndarray]:
         shown: list = [None] * len(rows)
-        for indices, chunk_rows, chunk_prepared, held in self._forward_chunks(rows, "batch"):
+        for indices, chunk_rows, chunk_prepared, held in self._forward_chunks(rows, "batch", share):
 
             def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared, held=held):
-                features = self._features(chunk_prepared, self._images_by_key(chunk_rows), "batch",
-                                          held)
                 if one_pass:
-                    items = [(p, tuple(range(len(p.options)))) for p in chunk_prepared]
-                    return self._score_sequences(items, features, "batch")
+                    return self._score_one_pass(chunk_rows, chunk_prepared, held, share)
+                features = self._features(chunk_prepared, self._images_by_key(chunk_rows), "batch", held)
                 items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
                 flat = self._score_sequences(items, features, "batch")
                 out, k = [], 0
@@ -518,16 +558,98 @@ class HFVLMScorer:
 
             for i, scores in zip(indices, self._guarded(chunk_rows, work)):
                 shown[i] = scores
+            self.stats["tokens_alone"] += sum(p.alone_tokens for p in chunk_prepared)
         self.stats["rows"] += len(rows)
         return [to_label_order(r, s) for r, s in zip(rows, shown)]
 
+    def _score_one_pass(self, rows: Sequence[Row], prepared: Sequence[PreparedRow], held: dict,
+                        share: bool) -> list[list[float]]:
+        """All options of each row in one sequence: rows with a shareable prefix against its keys and values
+        (``share``), the others over their whole prompt."""
+        out: list = [None] * len(rows)
+        shared = [i for i, p in enumerate(prepared) if share and self.shares_prefixes and p.prefix]
+        whole = sorted(set(range(len(rows))) - set(shared))
+        if whole:
+            items = [(prepared[i], tuple(range(len(prepared[i].options)))) for i in whole]
+            features = self._features([p for p, _ in items], self._images_by_key([rows[i] for i in whole]), "batch",
+                                      held)
+            for i, scores in zip(whole, self._score_sequences(items, features, "batch")):
+                out[i] = scores
+        if shared:
+            items = [(prepared[i], tuple(range(len(prepared[i].options)))) for i in shared]
+            kvs = self._prefix_kvs([p for p, _ in items], [rows[i] for i in shared], "batch", held)
+            for i, scores in zip(shared, self._score_after_prefixes(items, kvs, "batch")):
+                out[i] = scores
+        return out
+
     def score_batch(self, rows: Sequence[Row]) -> list[np.ndarray]:
-        """Logits (label order) of every row: all options of a row in one sequence, ``batch_size`` rows a forward."""
-        return self._score_rows(rows, one_pass=True)
+        """Logits (label order) of every row: all options of a row in one sequence, ``batch_size`` rows a forward,
+        each shareable prompt prefix run once."""
+        return self._score_rows(rows, one_pass=True, share=True)
+
+    def score_batch_unshared(self, rows: Sequence[Row]) -> list[np.ndarray]:
+        """The batch path with every row's whole prompt in its forward: the reference of the shared prefixes."""
+        return self._score_rows(rows, one_pass=True, share=False)
 
     def score_batch_per_option(self, rows: Sequence[Row]) -> list[np.ndarray]:
-        """The batch path with one sequence per (row, option): the reference of the one-pass batch path."""
-        return self._score_rows(rows, one_pass=False)
+        """The batch path with one sequence per (row, option), each over the whole prompt: the reference of the
+        one-pass batch path."""
+        return self._score_rows(rows, one_pass=False, share=False)
+
+    # -- shared prefixes ------------------------------------------------------------------------
+
+    def _prefix_stored(self, prepared: PreparedRow, mode: str) -> bool:
+        """Whether the row will be scored against a prefix the store holds (it then needs no image inputs)."""
+        return bool(prepared.prefix) and self.shares_prefixes and (mode, prepared.prefix) in self._prefixes
+
+    def _prefix_kvs(self, prepared: Sequence[PreparedRow], rows: Sequence[Row], path: str,
+                    held: dict | None) -> list[prefixes.PrefixKV]:
+        """Each row's prefix keys and values: from the store, or run now, each distinct prefix once and all of
+        them in one forward over the prefixes alone (then kept in the store)."""
+        import torch
+        from transformers import DynamicCache
+
+        mode = self._mode(path)
+        found: dict = {}
+        for p in prepared:
+            kv = found.get(p.prefix) or self._prefixes.get((mode, p.prefix))
+            if kv is not None:
+                found[p.prefix] = kv
+                self.stats["prefix_hits"] += 1
+        missing = {p.prefix: (p, row) for p, row in zip(prepared, rows) if p.prefix not in found}
+        if missing:
+            new = [p for p, _ in missing.values()]
+            heads = [replace(p, prompt=layout.Prompt(
+                p.prompt.ids[:p.prefix_length], p.prompt.positions[:, :p.prefix_length],
+                p.prompt.blocks[:p.prefix_length])) for p in new]
+            features = self._features(new, self._images_by_key([row for _, row in missing.values()]), path, held)
+            batch = layout.collate([layout.pack(h.prompt, []) for h in heads], self.pad_id)
+            cache = DynamicCache()
+            with torch.inference_mode(), self._autocast(path):
+                self._run(batch, self._embed(batch, heads, features), cache=cache)
+            for b, p in enumerate(new):
+                found[p.prefix] = kv = prefixes.PrefixKV.from_cache(cache, b, p.prefix_length)
+                self._prefixes.put((mode, p.prefix), kv, kv.nbytes)
+            self.stats["prefixes"] += len(new)
+        return [found[p.prefix] for p in prepared]
+
+    def _score_after_prefixes(self, items: Sequence[tuple[PreparedRow, tuple[int, ...]]],
+                              kvs: Sequence[prefixes.PrefixKV], path: str) -> list[list[float]]:
+        """One forward over the tokens after each row's prefix (``prompt[prefix:] | options[j][:-1] for j in
+        item``) against the prefixes' keys and values: log-likelihood per option."""
+        import torch
+
+        seqs = [layout.pack(p.prompt, [list(p.options[j]) for j in js]) for p, js in items]
+        lengths = [p.prefix_length for p, _ in items]
+        batch = layout.collate(seqs, self.pad_id, prefix_lengths=lengths)
+        start = max(lengths)
+        ids = torch.from_numpy(batch.ids[:, start:]).to(self.device)
+        if bool((ids == self.adapter.image_token_id).any()):
+            raise ValueError("an image token after a shared prefix: the prefix must end after the last image token")
+        with torch.inference_mode(), self._autocast(path):
+            hidden = self._run(batch, self.adapter.embed(ids), query_start=start,
+                               cache=prefixes.batch_cache(kvs)).last_hidden_state
+            return self._log_likelihoods(hidden, [layout.after_prefix(s.targets, n) for s, n in zip(seqs, lengths)])
 
     # -- predict path ---------------------------------------------------------------------------
 
@@ -544,18 +666,15 @@ class HFVLMScorer:
         import torch
 
         prepared = self.prepare(row)
-        features = self._features([prepared], self._images_by_key([row]), "predict", held)
+        self.stats["tokens_alone"] += prepared.alone_tokens
         if not use_cache:
+            features = self._features([prepared], self._images_by_key([row]), "predict", held)
             return [s[0] for s in self._score_sequences([(prepared, (j,)) for j in range(len(prepared.options))],
                                                          features, "predict")]
-        from transformers import DynamicCache
-
         n = len(prepared.prompt.ids)
         with torch.inference_mode():
-            prompt_batch = layout.collate([layout.pack(prepared.prompt, [])], self.pad_id)
-            cache = DynamicCache()
-            hidden = self._run(prompt_batch, self._embed(prompt_batch, [prepared], features), cache=cache)
-            last = torch.log_softmax(self.adapter.head(hidden.last_hidden_state[0, n - 1:n]).float(), dim=-1)[0]
+            last_hidden, cache = self._prompt_cache(prepared, row, held)
+            last = torch.log_softmax(self.adapter.head(last_hidden).float(), dim=-1)[0]
             scores = [float(last[o[0]]) for o in prepared.options]
             longer = [j for j, o in enumerate(prepared.options) if len(o) > 1]
             if longer:
@@ -569,7 +688,35 @@ class HFVLMScorer:
                     scores[j] += extra
         return scores
 
+    def _prompt_cache(self, prepared: PreparedRow, row: Row, held: dict | None):
+        """The last prompt token's hidden state (1, hidden) and the prompt's ``DynamicCache``: the tokens after a
+        shareable prefix run against its keys and values, any other prompt runs whole."""
+        import torch
+        from transformers import DynamicCache
+
+        batch = layout.collate([layout.pack(prepared.prompt, [])], self.pad_id)
+        if self.shares_prefixes and prepared.prefix:
+            kv, = self._prefix_kvs([prepared], [row], "predict", held)
+            cache, start = prefixes.batch_cache([kv]), kv.length
+            embeds = self.adapter.embed(torch.from_numpy(batch.ids[:, start:]).to(self.device))
+        else:
+            features = self._features([prepared], self._images_by_key([row]), "predict", held)
+            cache, start = DynamicCache(), 0
+            embeds = self._embed(batch, [prepared], features)
+        hidden = self._run(batch, embeds, query_start=start, cache=cache).last_hidden_state
+        n = len(prepared.prompt.ids)
+        return hidden[0, n - 1 - start:n - start], cache
+
     # -- optional capabilities ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _whole_prompts(self):
+        """Count the tokens of the forwards inside in ``tokens_alone`` too: they run every prompt whole."""
+        before = self.stats["tokens"]
+        try:
+            yield
+        finally:
+            self.stats["tokens_alone"] += self.stats["tokens"] - before
 
     def layer_states(self, rows: Sequence[Row]) -> list[np.ndarray]:
         """Per row, fp32 hidden states (n_layers + 1, hidden) at the last prompt position.
@@ -586,7 +733,7 @@ class HFVLMScorer:
                 features = self._features(chunk_prepared, self._images_by_key(chunk_rows), "predict",
                                           held)
                 batch = layout.collate([layout.pack(p.prompt, []) for p in chunk_prepared], self.pad_id)
-                with torch.inference_mode():
+                with torch.inference_mode(), self._whole_prompts():
                     result = self._run(batch, self._embed(batch, chunk_prepared, features), output_hidden_states=True)
                 states = torch.stack(result.hidden_states, dim=1)  # (B, n_layers + 1, S, hidden)
                 return [states[b, :, len(p.prompt.ids) - 1].float().cpu().numpy()
@@ -598,7 +745,8 @@ class HFVLMScorer:
 
     def generate(self, rows: Sequence[Row], max_new_tokens: int = 16) -> list[str]:
         """Greedy answer text after each row's prompt (fp32, deterministic), without the end token."""
-        return [self._guarded([r], lambda r=r: self._generate_one(r, max_new_tokens)) for r in rows]
+        with self._whole_prompts():
+            return [self._guarded([r], lambda r=r: self._generate_one(r, max_new_tokens)) for r in rows]
 
     def _generate_one(self, row: Row, max_new_tokens: int) -> str:
         import torch

@@ -21,6 +21,16 @@ o_j[t - 1] (t > 0): the last option token is never fed. Example (P = 3, options 
     ([5, 6, 7, 9], [0, 0, 0, 2], [0, 1, 2, 3])
     >>> s.targets                       # (index whose logits predict the token, token) per option
     [[(2, 8)], [(2, 9), (3, 10)]]
+
+A row whose prompt prefix is already computed (its keys and values come as a cache, ``scoring.prefixes``)
+runs only the tokens after it: ``collate(..., prefix_lengths=...)`` keeps each row's prefix at the start
+and starts every row's own tokens after the longest prefix, the queries of the forward::
+
+    >>> b = collate([s, pack(p, [[8]])], pad_id=0, prefix_lengths=[2, 1])
+    >>> b.ids.tolist(), b.valid.astype(int).tolist()
+    ([[5, 6, 7, 9], [5, 0, 6, 7]], [[1, 1, 1, 1], [1, 0, 1, 1]])
+    >>> after_prefix(s.targets, 2)                   # indices among the queries (from column 2)
+    [[(0, 8)], [(0, 9), (1, 10)]]
 """
 
 from __future__ import annotations
@@ -95,19 +105,33 @@ class Batch:
     positions: np.ndarray  # (n_dims, B, S) int64
 
 
-def collate(seqs: list[Packed], pad_id: int) -> Batch:
-    """Right-pad the sequences to the longest; padding is invalid, segment -1, position 0."""
+def collate(seqs: list[Packed], pad_id: int, prefix_lengths: list[int] | None = None) -> Batch:
+    """Right-pad the sequences to the longest; padding is invalid, segment -1, position 0.
+
+    With ``prefix_lengths``, sequence i keeps its first ``prefix_lengths[i]`` tokens at the start and its
+    other tokens start at column ``max(prefix_lengths)``; the gap between is padding.
+    """
     if not seqs:
         raise ValueError("nothing to collate")
-    b, s = len(seqs), max(len(x) for x in seqs)
+    prefix = list(prefix_lengths) if prefix_lengths is not None else [0] * len(seqs)
+    if len(prefix) != len(seqs) or any(not 0 <= n < len(x) for n, x in zip(prefix, seqs)):
+        raise ValueError(f"prefix lengths {prefix} do not fit sequences of {[len(x) for x in seqs]} tokens")
+    start = max(prefix)
+    b, s = len(seqs), start + max(len(x) - n for x, n in zip(seqs, prefix))
     dims = seqs[0].positions.shape[0]
     out = Batch(np.full((b, s), pad_id, np.int64), np.zeros((b, s), bool), np.full((b, s), -1, np.int64),
                 np.zeros((b, s), np.int64), np.full((b, s), -1, np.int64), np.zeros((dims, b, s), np.int64))
-    for i, x in enumerate(seqs):
-        n = len(x)
-        out.ids[i, :n], out.valid[i, :n], out.segments[i, :n] = x.ids, True, x.segments
-        out.logical[i, :n], out.blocks[i, :n], out.positions[:, i, :n] = x.logical, x.blocks, x.positions
+    for i, (x, n) in enumerate(zip(seqs, prefix)):
+        columns = np.concatenate([np.arange(n), start + np.arange(len(x) - n)])
+        out.ids[i, columns], out.valid[i, columns], out.segments[i, columns] = x.ids, True, x.segments
+        out.logical[i, columns], out.blocks[i, columns], out.positions[:, i, columns] = x.logical, x.blocks, x.positions
     return out
+
+
+def after_prefix(targets: list[list[tuple[int, int]]], prefix_length: int) -> list[list[tuple[int, int]]]:
+    """A sequence's targets with indices counted from its first token after the prefix (where a forward over a
+    cached prefix reads its hidden states)."""
+    return [[(s - prefix_length, t) for s, t in option] for option in targets]
 
 
 def allowed(batch: Batch, query_start: int = 0, window: int | None = None, device="cpu"):

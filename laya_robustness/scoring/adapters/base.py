@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from laya_robustness.rows import Row
+from laya_robustness.scoring.prefixes import shared_length
 from laya_robustness.scoring.prompt import answer_text, chat_messages
 
 
@@ -66,7 +67,17 @@ class Adapter:
         return {"architecture": self.config.model_type, "adapter": self.name,
                 "chat_template": "processor" if template else "none",
                 "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest()[:16] if template else None,
-                "prompt_format": self.prompt_format(), "answer_format": self.answer_format()}
+                "prompt_format": self.prompt_format(), "answer_format": self.answer_format(),
+                "prefix_sharing": self.prefix_sharing()}
+
+    @classmethod
+    def prefix_sharing(cls) -> str:
+        """How rows about the same images share their prompt prefix (the scorer's identity, the terminal header)."""
+        if cls.bidirectional_prompt:
+            return ("none: the prompt attends bidirectionally (a prefix-LM), so its image tokens see the question; "
+                    "every row runs its whole prompt")
+        return ("kv-cache: the prompt through its last image token runs once per image; its rows reuse its keys "
+                "and values")
 
     def prompt_format(self) -> str:
         return ("the processor's chat template (add_generation_prompt) over one user turn: one image entry per "
@@ -176,6 +187,10 @@ class Adapter:
             starts = is_image & ~np.concatenate([[False], is_image[:-1]])
             blocks[is_image] = (np.cumsum(starts) - 1)[is_image]
         return blocks
+
+    def prefix_length(self, ids: list[int], blocks: np.ndarray) -> int:
+        """Leading prompt tokens that rows about the same images share (``scoring.prefixes``; 0: none)."""
+        return 0 if self.bidirectional_prompt else shared_length(ids, blocks, self.image_token_id)
 
     def sliding_window(self) -> int | None:
         """The window of the model's sliding-attention layers, if it has any."""

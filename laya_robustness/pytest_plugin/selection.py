@@ -1,0 +1,49 @@
+"""What narrowed a gate run, as its report names it: ``--families`` other than the default, the options that select
+tests (``-k``, ``-m``, ``--lf``, ``--deselect``, ``--sw``, test ids), and ``-x`` / ``--maxfail`` when they stopped
+it; and which cells a device's tests judged, for ``laya_robustness.run.scope`` to decide the report's scope."""
+
+from __future__ import annotations
+
+import pytest
+
+from laya_robustness.pytest_plugin.options import default_of
+from laya_robustness.run.scope import Scope, decide_scope
+
+
+def narrowed_by(config: pytest.Config, families: tuple[str, ...], stopped: bool) -> list[str]:
+    """The options of this run that narrow what it covers (see the module doc), as given, in a fixed order."""
+    option = config.option
+    out = []
+    if tuple(families) != default_of("--families"):
+        out.append(f"--families {','.join(families)}")
+    if getattr(option, "keyword", ""):
+        out.append(f"-k {option.keyword}")
+    if getattr(option, "markexpr", ""):
+        out.append(f"-m {option.markexpr}")
+    if getattr(option, "lf", False):
+        out.append("--lf")
+    out += [f"--deselect {nodeid}" for nodeid in getattr(option, "deselect", None) or ()]
+    if getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False):
+        out.append("--sw")
+    out += [f"test id {arg}" for arg in config.args if "::" in arg]
+    maxfail = getattr(option, "maxfail", 0)
+    if stopped and maxfail:
+        out.append("-x" if maxfail == 1 else f"--maxfail {maxfail}")
+    return out
+
+
+def device_scopes(session, narrowed: list[str]) -> dict[str, Scope]:
+    """The scope of each device that reports: the cells the run asks for (``session.run_cells``), those scored
+    (its records, and ``session.scored``: a cell whose family builds no variant has none) and those its tests
+    judged (``session.judged``); the xdist workers' included."""
+    devices = set(session.records) | set(session.invariance_results) | {d for _, _, d in session.judged}
+    if not devices:
+        return {}
+    asked = session.run_cells()
+    out = {}
+    for device in sorted(devices):
+        scored = {(r.family, r.dataset) for r in session.records.get(device, {}).values()}
+        scored |= {(f, d) for f, d, dev in session.scored if dev == device}  # a family with no variant there too
+        judged = {(f, d) for f, d, dev in session.judged if dev == device}
+        out[device] = decide_scope(asked, scored, judged, narrowed)
+    return out

@@ -1,0 +1,115 @@
+"""What one device's report covers: the (family, dataset) cells the run's ``--families`` and data ask for, those it
+scored and those it judged, what narrowed them, and whether that makes the report complete.
+
+A cell is judged when its family test reached a verdict (pass, fail, xfail, or "no limit applies"); a cell
+can be scored without being judged (the orig rows a family pairs with, or the cells the summary snapshot
+scores). A report is complete only when every cell asked for was scored and judged: a test selection
+(``-k``, ``--lf``, ``--deselect``, ``--sw``) or ``-x`` that leaves one out makes it incomplete, whatever
+pytest's exit status.
+
+>>> asked = [("orig", "a"), ("orig", "b"), ("negation", "a"), ("negation", "b")]
+>>> scope = decide_scope(asked, scored=asked, judged=[("negation", "a"), ("negation", "b")],
+...                      narrowed_by=["-k negation"])
+>>> scope.complete
+False
+>>> scope.covered
+'incomplete: 2 of 4 cells judged: negation (a, b); not judged: orig (a, b); narrowed by -k negation'
+>>> decide_scope(asked, asked, asked).covered
+'complete: all 4 cells of 2 families on 2 datasets scored and judged'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+Cell = tuple[str, str]  # (family, dataset)
+
+#: At most this many families are named in the one-line description; the rest are counted.
+NAMED_FAMILIES = 6
+
+
+def _by_family(cells: Iterable[Cell]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for family, dataset in sorted(set(cells)):
+        out.setdefault(family, []).append(dataset)
+    return out
+
+
+def cells_text(cells: Iterable[Cell], named: int = NAMED_FAMILIES) -> str:
+    """``negation (a, b), text (a)``: the cells by family, at most ``named`` families named.
+
+    >>> cells_text([("b", "x"), ("a", "x"), ("a", "y"), ("c", "x")], named=2)
+    'a (x, y), b (x) and 1 more family'
+    """
+    families = _by_family(cells)
+    parts = [f"{family} ({', '.join(datasets)})" for family, datasets in list(families.items())[:named]]
+    rest = len(families) - named
+    if rest > 0:
+        return ", ".join(parts) + f" and {rest} more famil{'y' if rest == 1 else 'ies'}"
+    return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The cells of one device's report (see the module doc)."""
+
+    asked: frozenset[Cell]
+    scored: frozenset[Cell]
+    judged: frozenset[Cell]
+    narrowed_by: tuple[str, ...] = ()
+
+    @property
+    def not_judged(self) -> frozenset[Cell]:
+        """The cells asked for that were not both scored and judged."""
+        return self.asked - (self.judged & self.scored)
+
+    @property
+    def complete(self) -> bool:
+        return not self.not_judged
+
+    @property
+    def covered(self) -> str:
+        """What the report covers, in one line (its first line on the terminal, in summary.md and report.html)."""
+        n = len(self.asked)
+        if self.complete:
+            families = len({f for f, _ in self.asked})
+            datasets = len({d for _, d in self.asked})
+            return (f"complete: all {n} cells of {families} famil{'y' if families == 1 else 'ies'} on {datasets} "
+                    f"dataset{'' if datasets == 1 else 's'} scored and judged")
+        judged = self.judged & self.asked & self.scored
+        line = (f"incomplete: {len(judged)} of {n} cells judged: {cells_text(judged)}; "
+                f"not judged: {cells_text(self.not_judged)}")
+        return line + (f"; narrowed by {' '.join(self.narrowed_by)}" if self.narrowed_by else "")
+
+    @property
+    def shortfall(self) -> str | None:
+        """Why the report is incomplete, for the run's ``incomplete_reason`` (None when complete).
+
+        >>> decide_scope([("orig", "a"), ("text", "a")], [("orig", "a")], [("orig", "a")], ["--lf"]).shortfall
+        'its tests judged 1 of 2 cells (not judged: text (a); narrowed by --lf)'
+        """
+        if self.complete:
+            return None
+        why = f"not judged: {cells_text(self.not_judged)}"
+        why += f"; narrowed by {' '.join(self.narrowed_by)}" if self.narrowed_by else ""
+        return f"its tests judged {len(self.judged & self.asked & self.scored)} of {len(self.asked)} cells ({why})"
+
+    def meta(self) -> dict:
+        """The ``scope`` block of summary.json's meta: cells by family, each list sorted."""
+        return {
+            "complete": self.complete,
+            "covered": self.covered,
+            "cells_asked": len(self.asked),
+            "judged": _by_family(self.judged),
+            "scored": _by_family(self.scored),
+            "not_judged": _by_family(self.not_judged),
+            "narrowed_by": list(self.narrowed_by),
+        }
+
+
+def decide_scope(asked: Iterable[Cell], scored: Iterable[Cell], judged: Iterable[Cell],
+                 narrowed_by: Iterable[str] = ()) -> Scope:
+    """The scope of a report from the cells the run asks for, those it scored and those its tests judged."""
+    return Scope(frozenset(map(tuple, asked)), frozenset(map(tuple, scored)), frozenset(map(tuple, judged)),
+                 tuple(narrowed_by))

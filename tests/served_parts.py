@@ -1,0 +1,256 @@
+"""The real parts the served-model tests run against: ``transformers serve`` on 127.0.0.1, and a forwarding proxy in
+front of it that makes the faults a real server does not make on demand.
+
+``ServedModel`` starts ``transformers serve laya_fixtures/tiny-smolvlm`` on a free port (offline), waits until
+``/health`` answers, and can be killed and restarted on the same port. ``FaultProxy`` forwards every request to it
+and, on the first attempt of a request its plan picks (by a hash of the request body, so the plan is the same
+on every run), answers 429 or a 5xx, drops the connection, or replies only after the client's timeout; the retry
+is forwarded as it is; the upstream's ``Server`` header is passed on, as a transparent proxy does. With
+``logprobs`` it adds to each reply that asks for them the ``top_logprobs`` of the first tokens of the greedy answer,
+computed by the same checkpoint in this process on the same prompt (the chat template and the processor the server
+applies): ``transformers serve`` ignores ``logprobs``, so this is how the probability path meets a real server's
+answers. With ``answer`` it answers chosen requests itself, as a stricter server would (a 400 for ``logprobs``, a
+401 that echoes the request's credentials). Nothing else is made up: the answer text is always the server's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "laya_fixtures/tiny-smolvlm"
+START_TIMEOUT_S = 180
+FAULTS = ("429", "500", "503", "drop", "slow")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 2.0) -> bytes:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as reply:
+        return reply.read()
+
+
+class ServedModel:
+    """``transformers serve`` of the embedded checkpoint on 127.0.0.1 (see the module doc)."""
+
+    def __init__(self, log_dir: Path, port: int | None = None):
+        self.port = port or free_port()
+        self.log_dir = Path(log_dir)
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "ServedModel":
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        command = [str(Path(sys.executable).with_name("transformers")), "serve", MODEL, "--host", "127.0.0.1",
+                   "--port", str(self.port), "--log-level", "warning"]
+        self.starts += 1
+        log = (self.log_dir / f"server.{self.starts}.log").open("wb")
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        deadline = time.time() + START_TIMEOUT_S
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"transformers serve exited with {self.process.returncode}: "
+                                   f"{(self.log_dir / f'server.{self.starts}.log').read_text()[-2000:]}")
+            try:
+                if json.loads(_get(self.url.removesuffix("/v1") + "/health")).get("status") == "ok":
+                    return self
+            except (OSError, ValueError):
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"transformers serve did not answer /health within {START_TIMEOUT_S} s")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed server dies (no shutdown, connections cut)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class AnswerLogprobs:
+    """The top log-probabilities of each token of the greedy answer (up to ``steps`` tokens), computed by the
+    checkpoint the server serves on the prompt the server builds (``processor.apply_chat_template`` of the same
+    messages): what a server that returns ``logprobs`` would send with the answer it generates greedily."""
+
+    def __init__(self, top: int = 20, steps: int = 4):
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.torch, self.top, self.steps = torch, top, steps
+        self.processor = AutoProcessor.from_pretrained(ROOT / MODEL)
+        self.model = AutoModelForImageTextToText.from_pretrained(ROOT / MODEL).eval()
+        self.lock = threading.Lock()
+
+    def __call__(self, messages: list[dict], top: int) -> list[dict]:
+        chat = [{"role": m["role"], "content": [
+            {"type": "image", "url": c["image_url"]["url"]} if c["type"] == "image_url" else c
+            for c in m["content"]]} for m in messages]
+        with self.lock, self.torch.inference_mode():
+            inputs = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                                        return_dict=True, return_tensors="pt")
+            out = self.model.generate(**inputs, max_new_tokens=self.steps, do_sample=False, output_logits=True,
+                                      return_dict_in_generate=True)
+        decode, n = self.processor.tokenizer.decode, inputs["input_ids"].shape[1]
+        content = []
+        for token, logits in zip(out.sequences[0, n:].tolist(), out.logits):
+            logp = self.torch.log_softmax(logits[0].float(), -1)
+            values, ids = logp.topk(min(top, self.top))
+            content.append({"token": decode([token]), "logprob": float(logp[token]),
+                            "top_logprobs": [{"token": decode([int(i)]), "logprob": float(v)}
+                                             for v, i in zip(values, ids)]})
+        return content
+
+
+class FaultProxy:
+    """A forwarding proxy on 127.0.0.1 in front of ``upstream`` (see the module doc)."""
+
+    def __init__(self, upstream: str, every: int = 0, slow_s: float = 0.0, logprobs: AnswerLogprobs | None = None,
+                 answer=None):
+        self.upstream, self.every, self.slow_s, self.logprobs = upstream.rstrip("/"), every, slow_s, logprobs
+        #: answer(headers, body) -> (status, bytes) to answer a request itself (as a stricter server would), or None
+        self.answer = answer
+        self.faults: Counter = Counter()
+        self.authorization: Counter = Counter()
+        self.requests = 0
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "FaultProxy":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def fault_for(self, body: bytes) -> str | None:
+        """The fault of a request's first attempt (None: forward it), chosen by a hash of its body."""
+        if not self.every:
+            return None
+        key = hashlib.sha256(body).hexdigest()
+        with self._lock:
+            if key in self._seen:
+                return None
+            self._seen.add(key)
+        slot = int(key[:8], 16) % self.every
+        kinds = FAULTS if self.slow_s else FAULTS[:-1]
+        return kinds[slot] if slot < len(kinds) else None
+
+    def _forward(self, method: str, path: str, body: bytes | None, headers: dict) -> tuple[int, bytes, str, str]:
+        request = urllib.request.Request(self.upstream + path.removeprefix("/v1"), data=body, method=method,
+                                         headers={k: v for k, v in headers.items()
+                                                  if k.lower() in ("content-type", "authorization", "accept")})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=120) as reply:
+                return (reply.status, reply.read(), reply.headers.get("Content-Type", "application/json"),
+                        reply.headers.get("Server"))
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(), exc.headers.get("Content-Type", "application/json"), exc.headers.get("Server")
+
+    def _with_logprobs(self, body: bytes, reply: bytes) -> bytes:
+        request = json.loads(body)
+        if self.logprobs is None or not request.get("logprobs"):
+            return reply
+        answer = json.loads(reply)
+        answer["choices"][0]["logprobs"] = {"content": self.logprobs(request["messages"],
+                                                                     int(request.get("top_logprobs") or 1))}
+        return json.dumps(answer).encode()
+
+    def _handler(self):
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            upstream_server = None
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def version_string(self):  # the upstream's Server header, as a transparent proxy passes it on
+                return self.upstream_server or super().version_string()
+
+            def _reply(self, status: int, data: bytes, content_type: str = "application/json", extra: dict = {}):
+                self.send_response(status)
+                for k, v in {"Content-Type": content_type, "Content-Length": str(len(data)), **extra}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _serve(self, method: str):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else None
+                with proxy._lock:
+                    proxy.requests += 1
+                    proxy.authorization[self.headers.get("Authorization")] += 1
+                fault = proxy.fault_for(body) if body else None
+                if fault:
+                    with proxy._lock:
+                        proxy.faults[fault] += 1
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fault in ("429", "500", "503"):
+                    self._reply(int(fault), b'{"error": "injected by the test proxy"}', extra={"Retry-After": "0"}
+                                if fault == "429" else {})
+                    return
+                own = proxy.answer(dict(self.headers), body) if proxy.answer and body else None
+                if own is not None:
+                    self._reply(*own)
+                    return
+                if fault == "slow":
+                    time.sleep(proxy.slow_s)
+                status, data, content_type, self.upstream_server = proxy._forward(method, self.path, body,
+                                                                                 dict(self.headers))
+                if status == 200 and body:
+                    data = proxy._with_logprobs(body, data)
+                try:
+                    self._reply(status, data, content_type)
+                except OSError:  # the client gave up (a slow reply after its timeout)
+                    self.close_connection = True
+
+            def do_GET(self):
+                self._serve("GET")
+
+            def do_POST(self):
+                self._serve("POST")
+
+        return Handler
