@@ -1,5 +1,5 @@
-"""The Row type, the fields a row is read from, the error every loader raises for a bad row, and an image's
-content key.
+"""The Row type, the fields a row is read from, the error every loader raises for a bad row, an image's
+content key, and an image that waits to be decoded (``PendingImage``).
 
 The loaders themselves (JSONL manifests, VLMEvalKit TSV, parquet and ``datasets`` directories)
 live in :mod:`laya_robustness.loaders`.
@@ -18,7 +18,7 @@ import string
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from PIL import Image
 
@@ -95,21 +95,66 @@ class Row:
         )
 
 
+class PendingImage:
+    """An image held as its content key (``digest``), mode and size, not as pixels: ``load()`` gives the pixels
+    from its ``source`` (the run's bounded image store, or the image decoded or rebuilt again). A run's rows
+    carry these and get their pixels (``with_pixels``) only for the chunk being built or scored;
+    ``image_digest`` reads the key without them. A family builder that reads pixels is given rows with their
+    pixels (``Family.reads_pixels``)."""
+
+    __slots__ = ("digest", "mode", "size", "source")
+
+    def __init__(self, digest: str, mode: str, size: tuple[int, int], source: Callable[[str], Image.Image]):
+        self.digest, self.mode, self.size, self.source = digest, mode, tuple(size), source
+
+    def load(self) -> Image.Image:
+        """The pixels, from ``source(digest)`` (their digest memoised, so ``image_digest`` of them costs nothing)."""
+        image = self.source(self.digest)
+        remember_digest(image, self.digest)
+        return image
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"{name!r}: a PendingImage ({self.mode} {self.size[0]}x{self.size[1]}) holds no "
+                             "pixels; give the row its pixels first (rows.with_pixels), or declare the family "
+                             "reads_pixels=True")
+
+    def __repr__(self) -> str:
+        return f"PendingImage({self.digest[:12]}, {self.mode}, {self.size[0]}x{self.size[1]})"
+
+
+def with_pixels(row: Row) -> Row:
+    """``row`` with every PendingImage loaded (``row`` itself when none waits)."""
+    if not any(isinstance(im, PendingImage) for im in row.images):
+        return row
+    return dataclasses.replace(row, images=tuple(im.load() if isinstance(im, PendingImage) else im
+                                                 for im in row.images))
+
+
 _DIGESTS: dict[int, tuple[weakref.ref, str]] = {}
 
 
-def image_digest(image: Image.Image) -> str:
-    """sha256 over the image's mode, size and raw pixel bytes: its content key (the scorer's caches, the journal
-    and the data fingerprint all use it), memoised per live image object."""
+def remember_digest(image: Image.Image, digest: str) -> None:
+    """Memoise ``digest`` as the content key of the live object ``image`` (one known from its pixels)."""
     key = id(image)
     known = _DIGESTS.get(key)
+    if known is not None and known[0]() is image:
+        return
+    try:
+        _DIGESTS[key] = (weakref.ref(image, lambda _, key=key: _DIGESTS.pop(key, None)), digest)
+    except TypeError:  # an object without weak references: no memo
+        pass
+
+
+def image_digest(image: Image.Image | PendingImage) -> str:
+    """sha256 over the image's mode, size and raw pixel bytes: its content key (the scorer's caches, the journal
+    and the data fingerprint all use it), memoised per live image object; a PendingImage's own key."""
+    if isinstance(image, PendingImage):
+        return image.digest
+    known = _DIGESTS.get(id(image))
     if known is not None and known[0]() is image:
         return known[1]
     h = hashlib.sha256(f"{image.mode}:{image.size}".encode())
     h.update(image.tobytes())
     digest = h.hexdigest()
-    try:
-        _DIGESTS[key] = (weakref.ref(image, lambda _, key=key: _DIGESTS.pop(key, None)), digest)
-    except TypeError:  # an object without weak references: no memo
-        pass
+    remember_digest(image, digest)
     return digest

@@ -106,3 +106,70 @@ class CountingScorer(OracleScorer):
 
 def counting(model, **kwargs):
     return CountingScorer(model)
+
+
+class ImageCensusScorer(OracleScorer):
+    """Counts, at every batch, the decoded PIL images alive in the whole process (``gc``) and their bytes, and
+    writes the largest counts seen to the JSON file named by LAYA_CENSUS_FILE: what a run holds decoded while
+    it scores, whoever holds it."""
+
+    def __init__(self, model, **kwargs):
+        super().__init__(model, **kwargs)
+        self.most = {"images": 0, "bytes": 0, "batches": 0}
+
+    def score_batch(self, rows):
+        import gc
+        import json
+        import os
+
+        from PIL import Image
+
+        alive = [o for o in gc.get_objects() if issubclass(type(o), Image.Image)]
+        self.most["images"] = max(self.most["images"], len(alive))
+        self.most["bytes"] = max(self.most["bytes"], sum(o.width * o.height * len(o.getbands()) for o in alive))
+        self.most["batches"] += 1
+        with open(os.environ["LAYA_CENSUS_FILE"], "w") as fh:
+            json.dump(self.most, fh)
+        return super().score_batch(rows)
+
+
+def image_census(model, **kwargs):
+    return ImageCensusScorer(model)
+
+
+class SlowScorer(OracleScorer):
+    """A device-bound model in miniature: every row costs ``LAYA_SLOW_PER_ROW`` seconds (a fixed sleep); where
+    ``LAYA_PID_DIR`` is set, the process that loads it leaves an empty file named by its pid there; where
+    ``LAYA_COUNT_FILE`` is set, each call appends its number of rows to it."""
+
+    def __init__(self, model, **kwargs):
+        import os
+
+        super().__init__(model, **kwargs)
+        self.per_row = float(os.environ.get("LAYA_SLOW_PER_ROW", "0"))
+        if os.environ.get("LAYA_PID_DIR"):
+            open(os.path.join(os.environ["LAYA_PID_DIR"], str(os.getpid())), "w").close()
+
+    def score_batch(self, rows):
+        import os
+        import time
+
+        time.sleep(self.per_row * len(rows))
+        if os.environ.get("LAYA_COUNT_FILE"):
+            with open(os.environ["LAYA_COUNT_FILE"], "a") as fh:
+                fh.write(f"{len(rows)}\n")
+        return super().score_batch(rows)
+
+
+def slow(model, **kwargs):
+    return SlowScorer(model)
+
+
+def slow_scoring(per_row: float):
+    """The ``Scoring`` of a ``SlowScorer`` whose rows cost ``per_row`` seconds each (for an executor's actors)."""
+    import os
+
+    from laya_robustness.run.scoring import Scoring
+
+    os.environ["LAYA_SLOW_PER_ROW"] = str(per_row)
+    return Scoring(SlowScorer("slow-model"))

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline
 from laya_robustness.metrics.stability_analysis import MODALITIES
 from laya_robustness.records import ORIG
-from laya_robustness.rows import Row
+from laya_robustness.rows import Row, with_pixels
 
 Builder = Callable[[Sequence[Row], int], list[Row]]
 #: The block metrics of one (family, dataset) cell: (its records, the orig record of each group, the
@@ -58,9 +58,12 @@ class Family:
     ``cell``, when it has one, adds its own numbers to the flat cell. ``row_wise`` says that a row's
     variants depend on that row and the seed alone, in row order (``build(rows) == [v for r in rows for v
     in build([r])]``; tests/test_row_wise.py checks it): such a family is built in parallel chunks, and a
-    report rebuilds only the rows it shows. ``slow`` marks its gate test ``slow`` (it runs only when ``-m``
-    names slow); ``default`` says whether ``--families`` selects it when not given. ``when_empty`` is what the
-    gate says when the family builds no variant of a set (why, and how to give it something to build).
+    report rebuilds only the rows it shows. ``reads_pixels`` says that the builder reads the pixels of its
+    rows' images; one that only keeps, drops or moves images between rows declares False and is built on rows
+    whose images wait undecoded (``rows.PendingImage``; tests/test_reads_pixels.py checks it). ``slow`` marks
+    its gate test ``slow`` (it runs only when ``-m`` names slow); ``default`` says whether ``--families``
+    selects it when not given. ``when_empty`` is what the gate says when the family builds no variant of a set
+    (why, and how to give it something to build).
     """
 
     name: str
@@ -81,6 +84,7 @@ class Family:
     modality: str | None = None
     source: str = "rows"
     row_wise: bool = False
+    reads_pixels: bool = True
     slow: bool = False
     when_empty: str = "none of its rules applies"
 
@@ -240,13 +244,18 @@ def _build_pool():
 
 def build_variants(name: str, rows: Sequence[Row], seed: int) -> list[Row]:
     """The rows family ``name`` scores for ``rows``, each checked against the declaration; a row-wise
-    family is built in chunks of rows on a thread pool, concatenated in row order (the same rows)."""
+    family is built in chunks of rows on a thread pool, concatenated in row order (the same rows). A family
+    that reads pixels gets its rows with their pixels (``rows.with_pixels``, chunk by chunk)."""
     family = get_family(name)
+
+    def build(chunk: Sequence[Row]) -> list[Row]:
+        return family.build([with_pixels(r) for r in chunk] if family.reads_pixels else chunk, seed)
+
     if family.row_wise and BUILD_THREADS > 1 and len(rows) > BUILD_CHUNK_ROWS:
         chunks = [rows[i:i + BUILD_CHUNK_ROWS] for i in range(0, len(rows), BUILD_CHUNK_ROWS)]
-        out = [v for built in _build_pool().map(lambda chunk: family.build(chunk, seed), chunks) for v in built]
+        out = [v for built in _build_pool().map(build, chunks) for v in built]
     else:
-        out = family.build(rows, seed)
+        out = build(rows)
     for row in out:
         family.check_variant(row)
     return out

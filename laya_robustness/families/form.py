@@ -100,12 +100,14 @@ def build_negation(rows: Sequence[Row], seed: int) -> list[Row]:
 
 declare(Family(
     name=FORM_CHOICE, row_wise=True, build=build_form_choice, kind="form", block="form", variants=("as_choice", "as_noul_*"),
+    reads_pixels=False,
     meta_keys={"as_noul_*": ("source_option", "k")}, headline=(ACC,), checks=("min_acc",), cell=form_choice_cell,
     summary="the judgment in the other primitive (yes/no as a choice; a choice as k yes/no rows)",
     title="question form",
 ))
 declare(Family(
     name=NEGATION, row_wise=True, build=build_negation, kind="form", block="form", variants=("neg_decide", "neg_false"),
+    reads_pixels=False,
     meta_keys={"*": ("negated",)}, headline=(ACC,), checks=("min_acc",), cell=negation_cell,
     summary="a negated yes/no frame with the label flipped", title="negation",
 ))

@@ -73,6 +73,7 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 declare(Family(
     name=FAMILY, build=build, kind="control", variants=(VARIANT,), meta_keys={"*": ("donor_cluster",)},
+    reads_pixels=False,
     checks=("min_gap",), summary="the image of another image cluster of the dataset (a seeded derangement)",
     title="shuffled image", short="shuffled", table=("acc", "delta"),
 ))

@@ -130,7 +130,8 @@ def build_inject_image(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=INJECT_TEXT, row_wise=True, build=build_inject_text, kind="adversarial", block="injection",
+    name=INJECT_TEXT, row_wise=True, reads_pixels=False, build=build_inject_text, kind="adversarial",
+    block="injection",
     variants=("blunt", "authority", "context"), meta_keys={"*": ("target",)}, headline=(ACC, ASR),
     checks=("max_asr", "min_acc"), cell=injection_cell, title="text",
     summary="a wrong answer planted in the question or its context",

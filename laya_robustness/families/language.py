@@ -188,6 +188,7 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 declare(Family(
     name=FAMILY, row_wise=True, build=build, kind="invariance", modality="language", block="stability",
+    reads_pixels=False,
     variants=tuple(f"lang_{lang}" for lang in LANGUAGES) + ("lang_*",), meta_keys={"*": ("translation",)},
     headline=(AV, V), checks=("max_av", "max_v"), cell=stability_cell,
     summary="the question in French, German, Spanish, Italian, Portuguese (fixture templates) or the user's "

@@ -110,6 +110,7 @@ def order_cell(rows, orig, boot) -> dict:
 
 declare(Family(
     name=FAMILY, row_wise=True, build=build, kind="invariance", variants=("shift*", "reverse", "random"),
+    reads_pixels=False,
     meta_keys={"*": ("display_order",)}, checks=("max_flip", "max_drop", "min_acc", "max_ece"),
     summary="every cyclic shift, the reversal, one seeded permutation (de-duplicated)",
     title="option order", short="order", cell=order_cell,

@@ -129,14 +129,14 @@ def build_abstain(rows: Sequence[Row], seed: int) -> list[Row]:
 
 
 declare(Family(
-    name=OPTION_SET, build=build_option_set, kind="options", block="options",
+    name=OPTION_SET, reads_pixels=False, build=build_option_set, kind="options", block="options",
     variants=("add_distractor", "drop_wrong"),
     meta_keys={"add_distractor": ("distractor_index", "source_options"), "drop_wrong": ("kept",)},
     headline=(ACC, LABEL_FLIP), checks=("max_flip", "min_acc"), cell=option_set_cell,
     summary="a distractor borrowed from another image's row; a wrong option dropped", title="option set",
 ))
 declare(Family(
-    name=ABSTAIN, build=build_abstain, kind="options", block="options",
+    name=ABSTAIN, reads_pixels=False, build=build_abstain, kind="options", block="options",
     variants=("drop_gold", "add_none", "add_none_shuffled"),
     meta_keys={"drop_gold": ("no_gold", "kept"), "add_none": ("none_index",),
                "add_none_shuffled": ("none_index", "donor_cluster")},

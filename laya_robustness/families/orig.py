@@ -17,5 +17,6 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 FAMILY = declare(Family(
     name=ORIG, row_wise=True, build=build, summary="the unperturbed rows", kind="orig", variants=(ORIG,),
+    reads_pixels=False,
     headline=(ACC,), checks=("min_acc", "min_acc_over_chance", "max_ece"), title="orig", short="orig", table=("acc",),
 ))

@@ -263,6 +263,7 @@ def attach_user_variants(rows_by_dataset: Mapping[str, list[Row]], rephrasings_p
 
 declare(Family(
     name=FAMILY, row_wise=True, build=build, kind="invariance", modality="phrasing", block="stability",
+    reads_pixels=False,
     variants=tuple(f"rule_{name}" for name in RULES) + ("user_*",), meta_keys={"*": ("rephrase",)},
     headline=(AV, V), checks=("max_av", "max_v"), cell=stability_cell,
     summary="the question in other words: general rules over question forms, and the user's rephrasings",

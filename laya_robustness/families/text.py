@@ -160,6 +160,7 @@ declare(Family(
     # no modality: the stability study's phrasing set is its rephrasings (family rephrase), not these surface
     # edits; `stability --modalities text=phrasing` counts them
     name=FAMILY, row_wise=True, build=build, kind="invariance", variants=tuple(name for name, _ in RULES),
+    reads_pixels=False,
     checks=("max_flip", "max_drop", "min_acc", "max_ece"),
     summary="prefix, suffix, double spaces, first-letter case, end punctuation, yes/no reframings, option case, "
             "option period",

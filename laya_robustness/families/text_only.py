@@ -22,5 +22,6 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 declare(Family(
     name=FAMILY, row_wise=True, build=build, kind="control", variants=(VARIANT,), checks=("min_gap",),
+    reads_pixels=False,
     summary="no image, the text context kept", title="no image", short="no image", table=("acc", "delta"),
 ))

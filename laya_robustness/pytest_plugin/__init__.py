@@ -105,6 +105,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # reference counting it costs a fraction of what the interpreter's shutdown would spend on it.
     if SESSION_KEY in config.stash:
         config.stash[SESSION_KEY].release_report_dir()
+        config.stash[SESSION_KEY].close_executors()
         del config.stash[SESSION_KEY]
 
 
@@ -141,6 +142,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
     if gate_items and not config.option.collectonly:
         _claim_report_dir(config, session, items)
+        _connect_cluster(session)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
 
@@ -153,7 +155,9 @@ def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: 
         session.claim_report_dir()
         return
     except ReportDirInUse as exc:
-        status, message = EXIT_USAGE, f"--report-dir: {exc}"
+        status = EXIT_USAGE
+        message = str(options.usage_error("--report-dir", exc, f"--report-dir {session.report_dir}-2 (or wait for it: "
+                                                       "--report-dir-wait 600)"))
     except OSError as exc:
         status = EXIT_USAGE if exc.errno in UNWRITABLE else EXIT_HARNESS
         message = f"--report-dir: cannot write in {session.report_dir}: {exc}"
@@ -166,8 +170,22 @@ def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: 
     items[:] = []
 
 
+def _connect_cluster(session: RobustnessSession) -> None:
+    """--executor ray: connect before any test runs; an unreachable cluster ends the run at once (exit 3)."""
+    try:
+        session.connect_cluster()
+    except HarnessError as exc:
+        session.harness_error(str(exc))
+        pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is None:
+        return
+    session = robustness_session(item.config)
+    if session.cluster is not None:  # --executor ray: the actors' GPUs count, not this machine's
+        if not session.cluster.resources().get("GPU"):
+            pytest.skip(f"the Ray cluster at {session.settings.ray_address} has no GPU: gpu-marked tests need one")
         return
     if robustness_session(item.config).served and "robustness" in getattr(item, "fixturenames", ()):
         pytest.skip("a served model runs on its server's devices: its gate runs once, in the tests not marked gpu")

@@ -24,12 +24,14 @@ from laya_robustness.embedded import (
 from laya_robustness.families import default_families, family_names
 from laya_robustness.gate.limits import resolve_limitations
 from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
+from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, parse_ray_address, ray_installed
 from laya_robustness.scoring.factory import SERVED_SCORER
 from laya_robustness.scoring.served import endpoint_parts
 
 PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
 SCORING_PATHS = ("batch", "predict")
 PRECISIONS = ("auto", "fp32", "bf16")
+EXECUTORS = ("local", "ray")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 _PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -80,6 +82,11 @@ def parse_device(text: str) -> str:
     if not _DEVICE.match(text):
         raise ValueError(f"{text!r} is not cpu, cuda, cuda:<n> or mps")
     return text
+
+
+def parse_actors(text: str) -> int | None:
+    """``auto`` (None: one per GPU of the cluster for a CUDA device, else 2) or a number of actors >= 1."""
+    return None if text == "auto" else _int(1)(text)
 
 
 def parse_scorer(text: str) -> str:
@@ -217,6 +224,10 @@ OPTIONS = (
     Option("--prefix-cache-mb", "1024", "MiB of prompt-prefix keys and values the hf scorer keeps on the device, so an "
            "image's prefix runs once for all its rows and families (a 17-tile SmolVLM-256M photo: 50 MiB in fp32); "
            "0 turns prefix sharing off", _int(0)),
+    Option("--image-cache-mb", "64", "MiB of decoded images the run keeps between uses (source images, and a "
+           "family's variant images until their chunk is scored: 72 photos of 640 x 480); what does not fit is "
+           "decoded or rebuilt again when a chunk of rows needs it, so the decoded images held do not grow with "
+           "the rows", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs; the process keeps "
            "its peak memory); no: leave malloc as it is", parse_switch),
@@ -245,6 +256,14 @@ OPTIONS = (
            parse_max_image_pixels),
     Option("--max-image-side", "1024", "longest image side: larger images are scaled down to it when read (bicubic, "
            "aspect kept), as the stability study does; 0 keeps every size", _int(0)),
+    Option("--executor", "local", "where rows are scored: local (this process, or each xdist worker) or ray (a pool "
+           f"of Ray actors, each loading the model once; needs the cluster extra: {INSTALL_HINT})",
+           _choice(EXECUTORS)),
+    Option("--ray-address", "local", "the Ray cluster of --executor ray: local (started on this machine for the run), "
+           "auto (the cluster this machine belongs to, or RAY_ADDRESS), the head's host:port, or ray://host:port",
+           parse_ray_address),
+    Option("--ray-actors", "auto", "scoring actors of --executor ray: a number, or auto (one per GPU of the cluster "
+           "for a cuda device, else 2)", parse_actors),
     Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
            "directory (no: refuse them)", parse_allow_outside_data),
 )
@@ -264,10 +283,11 @@ def option(flag: str) -> Option:
     return next(o for o in OPTIONS if o.flag == flag)
 
 
-def usage_error(flag: str, problem: object) -> pytest.UsageError:
-    """A usage error (exit 4) that names the option and says what to type instead."""
-    opt = option(flag)
-    return pytest.UsageError(f"{flag}: {problem}\n  type instead, e.g.: pytest robustness_tests {opt.typed()}"
+def usage_error(flag: str, problem: object, instead: str | None = None) -> pytest.UsageError:
+    """A usage error (exit 4) that names the option and says what to type instead (``instead``, else the
+    option with its example or default)."""
+    typed = instead or option(flag).typed()
+    return pytest.UsageError(f"{flag}: {problem}\n  type instead, e.g.: pytest robustness_tests {typed}"
                              f"  (`pytest --help` lists every option; the fixes: docs/errors.md)")
 
 
@@ -295,8 +315,8 @@ def given(config: pytest.Config, flag: str) -> bool:
 def check_served(values: dict) -> None:
     """The options a served model needs: ``--endpoint`` (a usage error naming it otherwise)."""
     if values["endpoint"] is None:
-        raise pytest.UsageError(f"--endpoint: --scorer {SERVED_SCORER} needs the server's base URL, e.g. "
-                                "--endpoint http://127.0.0.1:8000/v1")
+        raise usage_error("--endpoint", f"--scorer {SERVED_SCORER} needs the server's base URL",
+                          f"--scorer {SERVED_SCORER} --endpoint http://127.0.0.1:8000/v1")
 
 
 def resolve(config: pytest.Config, text: str) -> Path:
@@ -335,6 +355,7 @@ class Settings:
     feature_cache_mb: int
     pixel_cache_mb: int
     prefix_cache_mb: int
+    image_cache_mb: int
     captions: Path
     dual_model: str | None  # "auto" resolved later, when the model's kind is known
     paraphrases: Path | None
@@ -348,6 +369,26 @@ class Settings:
     max_image_pixels: int
     max_image_side: int
     allow_outside_data: bool
+    executor: str
+    ray_address: str
+    ray_actors: int | None  # None: one per GPU of the cluster for a cuda device, else 2
+
+
+def check_executor(config: pytest.Config, values: dict) -> None:
+    """--executor ray needs Ray and no xdist; a --ray-* option on the command line needs --executor ray (each a
+    usage error; set in the ini file, they wait for a run that uses Ray)."""
+    if values["executor"] == "local":
+        for opt in OPTIONS:
+            if opt.flag.startswith("--ray-") and config.getoption(opt.dest) is not None:
+                raise usage_error(opt.flag, "only --executor ray uses it (the executor is local)",
+                                  f"--executor ray {opt.typed()}")
+        return
+    if not ray_installed():
+        raise pytest.UsageError(f"--executor ray: Ray is not installed; {INSTALL_HINT}")
+    workers = config.getoption("numprocesses", default=None)
+    if workers not in (None, 0, "0"):
+        raise pytest.UsageError(f"--executor ray: the Ray actors spread the scoring; it cannot run with xdist (-n "
+                                f"{workers}): drop -n")
 
 
 def read_settings(config: pytest.Config) -> Settings:
@@ -359,6 +400,7 @@ def read_settings(config: pytest.Config) -> Settings:
             values[opt.field] = opt.parse(raw)
         except ValueError as exc:
             raise usage_error(opt.flag, exc) from None
+    check_executor(config, values)
     model_name = values.pop("model")
     served = values["scorer"] == SERVED_SCORER
     if served:  # the server's model id, as it is; omitted: the endpoint's only model

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from laya_robustness.embedded import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL
-from laya_robustness.families import build_variants, get_family
+from laya_robustness.families import get_family
 from laya_robustness.gate.judgement import Judgement, evaluate_cell, evaluate_invariance
 from laya_robustness.gate.limits import regression_limits, run_limits
 from laya_robustness.gate.thresholds import ThresholdsError
@@ -28,6 +28,7 @@ from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.records import ORIG, Record
 from laya_robustness.rows import RowError
 from laya_robustness.run.errors import HarnessError, stops_run
+from laya_robustness.run.images import ImageStore, rows_with_pixels
 from laya_robustness.run.inputs import InputSpec, caption_rows, source_rows, with_user_variants
 from laya_robustness.run.invariance import (
     DUAL_CONDITIONS,
@@ -42,6 +43,7 @@ from laya_robustness.run.journal import JOURNAL_DIR, open_journal
 from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key, is_dual_encoder, load_source_scorer
 from laya_robustness.run.scoring import Scoring, executor_for, score_journaled, scoring_chunks
+from laya_robustness.run.variants import family_variants, let_go
 from laya_robustness.scoring.base import answers_in_text
 from laya_robustness.scoring.factory import SERVED_SCORER
 from laya_robustness.summary import CellCache, family_cell, summarize
@@ -62,7 +64,8 @@ class RobustnessSession:
         self._lease: Lease | None = None
         self.lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
         self.start_error: tuple[int, str] | None = None  # (exit status, why) when the run stopped before any work
-        self._rows = None
+        self._rows = None  # dataset -> source rows, their images waiting in self.images
+        self.images = ImageStore(self.settings.image_cache_mb << 20)  # the decoded images kept between uses
         self._caption_rows = None
         self._thresholds = None
         self._scorers: dict[str, object] = {}
@@ -79,6 +82,8 @@ class RobustnessSession:
         self.worker_stats: dict[str, dict] = {}  # identity key -> the xdist workers' scorer counters, summed
         self.usage_error: pytest.UsageError | None = None
         self._invariance: dict[str, InvarianceRun] = {}
+        self.cluster = None  # --executor ray: the Ray cluster (run.executors.ray_cluster.Cluster), once connected
+        self._pools: dict[str, object] = {}  # device -> its RayActorPool (--executor ray)
         self._journals: dict[str, object] = {}
         self._n_interval_checks: int | None = None
         self._baseline: list | None = None
@@ -203,6 +208,86 @@ class RobustnessSession:
         return (f"{where}: {scorer.model_id}, generation-only (the server returns no top_logprobs): answers are "
                 "extracted from the text; ECE, flip floors and probability deltas are not available")
 
+    # -- executors ------------------------------------------------------------------------------
+
+    @property
+    def uses_ray(self) -> bool:
+        return self.settings.executor == "ray"
+
+    def connect_cluster(self) -> None:
+        """--executor ray: connect to the cluster before any test runs (an unreachable one: ClusterUnreachable)."""
+        if self.uses_ray and self.cluster is None:
+            from laya_robustness.run.executors.ray_cluster import connect
+
+            self.cluster = connect(self.settings.ray_address)
+
+    def executor(self, device: str, source: str = "rows"):
+        """What scores ``source`` rows on ``device``: this process (``LocalExecutor``) or the run's Ray actors."""
+        if not self.uses_ray:
+            s = self.settings
+            return executor_for(Scoring(self.scorer(device, source), s.scoring_path, s.temperatures))
+        pool = self._pool(device, source)
+        return pool.executor(source)
+
+    def identity(self, device: str, source: str = "rows") -> dict:
+        """The identity of the scorer of ``source`` rows on ``device``, wherever it is loaded."""
+        if self.uses_ray:
+            self._pool(device, source)
+            return dict(self.identities[identity_key(device, source)])
+        return dict(getattr(self.scorer(device, source), "identity", {}))
+
+    def _pool(self, device: str, source: str):
+        """The Ray actors scoring on ``device`` (started once), with ``source``'s scorer loaded on each; a failure
+        to start them or to load it is remembered and not retried (as a scorer's failed load)."""
+        key = identity_key(device, source)
+        if key in self._load_errors:
+            message, fatal = self._load_errors[key]
+            raise HarnessError(message + " (failed earlier in this run; not retried)", stops_run=fatal)
+        model = self.dual_model if source == "captions" else self.settings.model
+        try:
+            if device not in self._pools:
+                self._pools[device] = self._start_pool(device)
+            if key not in self.identities:
+                self.identities[key] = self._pools[device].prepare(source)
+        except HarnessError as exc:
+            message = f"cannot load scorer {self.settings.scorer!r} for model {model!r} on {device}: {exc}"
+            self._load_errors[key] = (message, stops_run(exc))
+            raise self.harness_error(message, stops_run(exc)) from exc
+        return self._pools[device]
+
+    def _start_pool(self, device: str):
+        """Start the Ray actors of ``device``: each can load the question model and the dual encoder."""
+        from functools import partial
+
+        from laya_robustness.run.executors.ray_actor import actor_device, load_scoring
+        from laya_robustness.run.executors.ray_pool import RayActorPool
+
+        self.connect_cluster()
+        s, on = self.settings, actor_device(device)
+        loads = {"rows": partial(load_scoring, s, s.model, on, self.model_is_dual)}
+        if self.dual_model is not None:
+            loads["captions"] = partial(load_scoring, s, self.dual_model, on, True)
+        gpus = device.startswith("cuda")
+        return RayActorPool(loads, on, self.cluster.actor_count(s.ray_actors, gpus), gpus,
+                            f"the Ray actors at {s.ray_address}")
+
+    def executor_meta(self, device: str) -> dict | None:
+        """Where the scoring of ``device`` ran, for the reports' meta: None when in this process (the executor
+        is local); for Ray the address, the actors, their nodes and devices, and how many were replaced."""
+        if not self.uses_ray:
+            return None
+        pool = self._pools.get(device)
+        return {"name": "ray", "address": self.settings.ray_address, **(pool.meta() if pool else {"actors": 0})}
+
+    def close_executors(self) -> None:
+        """Stop the run's Ray actors and disconnect from the cluster (nothing to do for a local run)."""
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
     def harness_error(self, message: str, stop: bool = False) -> HarnessError:
         """A harness error (exit 3) remembered for the terminal summary; ``stop``: the run cannot go on."""
         if message not in self.harness_errors:
@@ -250,11 +335,12 @@ class RobustnessSession:
 
     @property
     def rows(self) -> dict:
-        """Sampled source rows by dataset; a bad data file is a usage error naming file, line and field."""
+        """Sampled source rows by dataset, their images waiting in ``images`` (``rows_with_pixels`` gives them
+        their pixels); a bad data file is a usage error naming file, line and field."""
         if self._rows is None:
             spec = self.inputs
             try:
-                rows = source_rows(spec)
+                rows = source_rows(spec, self.images)
             except (RowError, FileNotFoundError) as exc:
                 raise usage_error("--data", exc) from exc
             try:
@@ -322,7 +408,8 @@ class RobustnessSession:
                 self._thresholds = run_limits(self.settings.thresholds, datasets=[*self.datasets, *self.caption_rows],
                                               conditions=INVARIANCE_CONDITIONS, limitations=self.settings.limitations)
             except ThresholdsError as exc:
-                raise pytest.UsageError(str(exc)) from exc
+                raise pytest.UsageError(f"{exc}\n  edit that key of the file (the checks and their ranges: "
+                                        "docs/verdicts.md; the fixes: docs/errors.md)") from exc
         return self._thresholds
 
     # -- scoring --------------------------------------------------------------------------------
@@ -334,22 +421,22 @@ class RobustnessSession:
         return get_family(family).source
 
     def family_rows(self, family: str, dataset: str):
-        """The rows ``family`` scores on one dataset (the source rows for orig)."""
+        """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
+        family allows (``run.variants``)."""
         source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
-        return build_variants(family, source[dataset], self.settings.seed)
+        return family_variants(family, source[dataset], self.settings.seed, self.images)
 
     def journal(self, device: str, source: str):
         """The journal this process appends ``source`` records of ``device`` to (``laya_robustness.run.journal``)."""
         key = identity_key(device, source)
         if key not in self._journals:
-            scorer, s = self.scorer(device, source), self.settings
+            identity, s = self.identity(device, source), self.settings
             settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
                         "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
                         "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
             worker = getattr(self.config, "workerinput", {}).get("workerid")
             self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, worker,
-                                               getattr(scorer, "identity", {}), settings, resume=s.resume,
-                                               run=self.run.token)
+                                               identity, settings, resume=s.resume, run=self.run.token)
         return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
@@ -359,19 +446,21 @@ class RobustnessSession:
         if key in self.scored:
             return
         source = self._source_of(family, dataset)
-        scorer, journal = self.scorer(device, source), self.journal(device, source)
+        executor, journal = self.executor(device, source), self.journal(device, source)
+        scorer = None if self.uses_ray else self.scorer(device, source)  # on Ray, the actors hold the scorers
         rows = self.family_rows(family, dataset)
-        scoring = Scoring(scorer, self.settings.scoring_path, self.settings.temperatures)
         progress = scoring_progress(self.config, device, f"{family}/{dataset}", len(rows))
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
                                 per_row=answers_in_text(scorer))
         try:
-            cell = score_journaled(executor_for(scoring), journal, rows, chunks, progress.update)
+            cell = score_journaled(executor, journal, rows, chunks, progress.update,
+                                   lambda scored: let_go(scored, self.images, scorer))
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise self.harness_error(f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} "
                                      f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
         finally:
             progress.close()
+            let_go(rows, self.images, scorer)
         store = self.records.setdefault(device, {})
         for rec in cell:
             store[rec.row_id] = rec
@@ -449,12 +538,15 @@ class RobustnessSession:
         if key not in self._invariance:
             n = self.settings.invariance_rows
             rows_by_dataset = self.caption_rows if source == "captions" else self.rows
-            rows = [r for name in rows_by_dataset for r in rows_by_dataset[name][:n]]
+            rows = rows_with_pixels([r for name in rows_by_dataset for r in rows_by_dataset[name][:n]])
             if not rows:
                 what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
                 pytest.skip(f"no {what} to score {condition} on")
-            self._invariance[key] = invariance_run(self.scorer(device, source), rows, self.settings.batch_size,
-                                                   self.settings.temperatures)
+            batch_size, temperatures = self.settings.batch_size, self.settings.temperatures
+            if self.uses_ray:  # on the pool's first actor, where the run's rows are scored
+                self._invariance[key] = self._pool(device, source).invariance(source, rows, batch_size, temperatures)
+            else:
+                self._invariance[key] = invariance_run(self.scorer(device, source), rows, batch_size, temperatures)
         try:
             stats = self._invariance[key].run(condition)
         except ConditionNotSupported as exc:

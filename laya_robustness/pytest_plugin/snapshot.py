@@ -70,12 +70,10 @@ def snapshot_name(session, device: str) -> str:
     s = session.settings
     identity = {}
     if not session.model_is_dual:
-        session.scorer(device)  # the identity (weight hashes; a served model's id) comes from the loaded scorer
-        identity = dict(session.identities.get(device, {}))
+        identity = session.identity(device)  # the identity (weight hashes) comes from the loaded scorer
     model = file_safe(session.model_name.strip("/"))
     if session.caption_rows:
-        session.scorer(device, "captions")
-        identity["dual"] = session.identities.get(identity_key(device, "captions"), {})
+        identity["dual"] = session.identity(device, "captions")
     m = model_fingerprint(identity, session.model_name, s.scorer)
     d = data_fingerprint({**session.rows, **session.caption_rows})
     return (f"{model}.{device_kind(device)}.m{m}.d{d}.s{s.seed}.n{s.rows_per_set}.{families_label(s.families)}"

@@ -27,6 +27,7 @@ from laya_robustness.families import build_variants, find_family, get_family
 from laya_robustness.metrics.accuracy import group_key, orig_by_group
 from laya_robustness.records import ORIG, option_count
 from laya_robustness.report.curves import family_order
+from laya_robustness.rows import with_pixels
 
 FLIPPED, BROKEN = "flipped", "broke"
 #: How each kind of example is described in the report.
@@ -139,10 +140,11 @@ def _check(row, record: Mapping[str, Any]) -> None:
 
 def rebuild_rows(examples: Mapping[str, Sequence[Example]], source_rows: Mapping[str, Sequence[Any]],
                  seed: int) -> dict[str, Any]:
-    """row_id -> the rebuilt Row of every record the examples show (their orig rows included).
+    """row_id -> the rebuilt Row of every record the examples show (their orig rows included), with its pixels.
 
     Each needed (family, dataset) is built once: from the source rows of the shown groups for a row-wise
-    family, else over the whole dataset. A dataset missing from ``source_rows``, a row that is not
+    family, else over the whole dataset (whose images, when they wait in a run's store, are decoded only for
+    the rows shown, unless the family reads pixels). A dataset missing from ``source_rows``, a row that is not
     rebuilt, or one that differs from its record raises ValueError.
     """
     wanted: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -166,7 +168,7 @@ def rebuild_rows(examples: Mapping[str, Sequence[Example]], source_rows: Mapping
                 raise ValueError(f"row {record['row_id']!r} of the predictions is not rebuilt from the data "
                                  f"({family} on {dataset}); render with the data, seed and rows per set the run used")
             _check(row, record)
-            out[record["row_id"]] = row
+            out[record["row_id"]] = with_pixels(row)
     return out
 
 

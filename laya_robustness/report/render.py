@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from laya_robustness.gate.limits import resolve_limitations, run_limits
 from laya_robustness.gate.thresholds import ThresholdsError
 from laya_robustness.run.files import write_all
+from laya_robustness.run.images import ImageStore
 from laya_robustness.run.inputs import reread_rows
 from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
 from laya_robustness.summary import summary_datasets
@@ -148,7 +149,7 @@ def render_files(
     if data is not None:
         from laya_robustness.report.examples import check_source_rows
 
-        source_rows = reread_rows(data, meta)
+        source_rows = reread_rows(data, meta, ImageStore())  # decoded again only for the rows shown
         check_source_rows(meta, source_rows)
     return write_report(out_dir if out_dir is not None else predictions.parent, summary, records,
                         results=results, known=known, invariance=invariance, source_rows=source_rows,

@@ -1,7 +1,8 @@
 """A run's rows: the sampled source rows of every dataset under ``--data`` with the user's rephrasings and
 translations attached, and the caption rows with the user's paraphrases; read once at the start of a run,
 and read again the same way from a finished run's meta (``reread_rows``: the report and the layerwise
-analysis rebuild what the run scored)."""
+analysis rebuild what the run scored). Given an image store (``run.images.ImageStore``), the question rows'
+images wait in it, each decoded once at load for its content key; without one they are decoded and held."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from laya_robustness.loaders import LoadSettings, scan_rows
 from laya_robustness.loaders.captions import load_captions
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
+from laya_robustness.run.images import ImageStore, waiting_rows
 
 RowLike = TypeVar("RowLike")  # a Row, or a loader's SourceRow (row_id, dataset, load())
 #: The reading rules a run's meta records under ``inputs`` (``LoadSettings``' fields).
@@ -35,17 +37,19 @@ def sample_rows(rows: Sequence[RowLike], n: int, seed: int) -> list[RowLike]:
     return [ordered[i] for i in sorted(pick)]
 
 
-def load_source_rows(data: str | Path, rows_per_set: int, seed: int,
-                     settings: LoadSettings | None = None) -> dict[str, list[Row]]:
+def load_source_rows(data: str | Path, rows_per_set: int, seed: int, settings: LoadSettings | None = None,
+                     store: ImageStore | None = None) -> dict[str, list[Row]]:
     """The sampled source rows of every dataset under ``data``, by dataset name (sorted).
 
-    Every row is validated and every image checked from its header first; only the sampled
-    rows' pixels are decoded. Raises RowError for bad data, FileNotFoundError for none.
+    Every row is validated and every image checked from its header first; then every sampled row's
+    images are decoded, held (no ``store``) or only keyed and left waiting in ``store`` (``run.images``).
+    Raises RowError for bad data, FileNotFoundError for none.
     """
     scanned = scan_rows(data, settings)
-    return {name: [row.load() for row in sample_rows(rows, rows_per_set, seed)]
-            for name, rows in sorted(scanned.items())}
-
+    sampled = {name: sample_rows(rows, rows_per_set, seed) for name, rows in sorted(scanned.items())}
+    if store is None:
+        return {name: [row.load() for row in rows] for name, rows in sampled.items()}
+    return {name: waiting_rows(rows, store) for name, rows in sampled.items()}
 
 
 
@@ -82,9 +86,10 @@ class InputSpec:
                    path("rephrasings"), path("translations"), path("captions"), path("paraphrases"))
 
 
-def source_rows(spec: InputSpec) -> dict[str, list[Row]]:
-    """The sampled question rows by dataset (RowError for bad data, FileNotFoundError for none)."""
-    return load_source_rows(spec.data, spec.rows_per_set, spec.seed, spec.load)
+def source_rows(spec: InputSpec, store: ImageStore | None = None) -> dict[str, list[Row]]:
+    """The sampled question rows by dataset, their images waiting in ``store`` when given (RowError for bad data,
+    FileNotFoundError for none)."""
+    return load_source_rows(spec.data, spec.rows_per_set, spec.seed, spec.load, store)
 
 
 def with_user_variants(rows: Mapping[str, list[Row]], spec: InputSpec) -> dict[str, list[Row]]:
@@ -94,9 +99,10 @@ def with_user_variants(rows: Mapping[str, list[Row]], spec: InputSpec) -> dict[s
     return attach_user_variants(rows, spec.rephrasings, spec.translations)
 
 
-def question_rows(spec: InputSpec) -> dict[str, list[Row]]:
-    """The sampled question rows by dataset, with the user's rephrasings and translations in their meta."""
-    return with_user_variants(source_rows(spec), spec)
+def question_rows(spec: InputSpec, store: ImageStore | None = None) -> dict[str, list[Row]]:
+    """The sampled question rows by dataset, with the user's rephrasings and translations in their meta (their
+    images waiting in ``store`` when given)."""
+    return with_user_variants(source_rows(spec, store), spec)
 
 
 def with_paraphrases(rows_by_dataset: Mapping[str, Sequence[Row]], path: Path) -> dict:
@@ -116,8 +122,9 @@ def caption_rows(spec: InputSpec) -> dict[str, list[Row]]:
     return dict(sorted(rows.items()))
 
 
-def reread_rows(data: str | Path, meta: Mapping[str, Any]) -> dict:
+def reread_rows(data: str | Path, meta: Mapping[str, Any], store: ImageStore | None = None) -> dict:
     """The rows a run scored, read again as its meta says (seed, rows per set, ``inputs``: reading rules,
-    captions, the user's paraphrases, rephrasings and translations), question and caption rows together."""
+    captions, the user's paraphrases, rephrasings and translations), question and caption rows together (the
+    question rows' images waiting in ``store`` when given)."""
     spec = InputSpec.from_meta(data, meta)
-    return {**question_rows(spec), **caption_rows(spec)}
+    return {**question_rows(spec, store), **caption_rows(spec)}

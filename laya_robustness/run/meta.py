@@ -23,14 +23,14 @@ def library_versions() -> dict[str, str]:
 
 def run_meta(session, device: str) -> dict:
     """Seed, rows per set, the data (path and fingerprint), model identity (name and weight hashes), device,
-    precision, batch size, versions."""
+    precision, batch size, versions, and where the rows were scored when not in this process."""
     s = session.settings
     identity = dict(session.identities.get(device, {}))
     identity["model"] = session.model_name
     dual = session.identities.get(f"{device}/dual")
     if dual:
         identity["dual"] = dict(dual)
-    return {
+    meta = {
         "seed": s.seed,
         "rows_per_set": s.rows_per_set,
         "datasets": {name: len(rows) for name, rows in {**session.rows, **session.caption_rows}.items()},
@@ -46,6 +46,14 @@ def run_meta(session, device: str) -> dict:
         "temperatures": s.temperatures,
         "versions": library_versions(),
     }
+    return with_executor(meta, session, device)
+
+
+def with_executor(meta: dict, session, device: str) -> dict:
+    """``meta`` with the ``executor`` block of a run scored outside this process (``--executor ray``: the
+    address, the actors, the nodes they ran on, their devices, the actors replaced); a local run has none."""
+    executor = session.executor_meta(device)
+    return meta if executor is None else {**meta, "executor": executor}
 
 
 def code_commit(root) -> str:
@@ -72,9 +80,10 @@ def device_name(device: str) -> str:
 def invariance_meta(session, device: str) -> dict:
     """invariance.json's meta: device name, checkpoint hashes, datasets, seed, code commit, precisions."""
     conditions = session.invariance_results.get(device, {})
-    return {
+    executor = session.executor_meta(device) or {}
+    meta = {
         "device": device,
-        "device_name": device_name(device),
+        "device_name": ", ".join(executor.get("device_names", ())) or device_name(device),
         "model": {**session.identities.get(device, {}), "model": session.model_name},
         "datasets": {name: min(len(rows), session.settings.invariance_rows) for name, rows in session.rows.items()},
         "seed": session.seed,
@@ -83,3 +92,4 @@ def invariance_meta(session, device: str) -> dict:
         "precision": {name: stats["precision"] for name, stats in sorted(conditions.items())},
         "versions": library_versions(),
     }
+    return with_executor(meta, session, device)

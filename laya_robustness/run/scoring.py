@@ -10,6 +10,7 @@ probabilities its record holds the chosen option alone (``records.GENERATED_FIEL
 
 from __future__ import annotations
 
+import collections.abc
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ from laya_robustness.answers import normalize_answer
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES, calibrated_probs
 from laya_robustness.records import OPEN, UNPARSED_ANSWER, Record
 from laya_robustness.rows import Row
+from laya_robustness.run.images import rows_with_pixels
 from laya_robustness.run.journal import Journal, row_key
 from laya_robustness.scoring.base import Answer, answers_in_text
 
@@ -154,8 +156,30 @@ class LocalExecutor:
 
     def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         """``(index, records)`` of each chunk as it is scored; another executor may yield them in any order."""
-        for index, rows in enumerate(chunks):
-            yield index, self.scoring.records(rows)
+        index = 0
+        for rows in chunks:  # not enumerate: its cached (index, rows) pair would keep a scored chunk's pixels
+            records = self.scoring.records(rows)
+            del rows  # the chunk's pixels go before the next chunk is given its own
+            yield index, records
+            index += 1
+
+
+class ChunksWithPixels(collections.abc.Sequence):
+    """The chunks of rows an executor scores, each given its pixels (``run.images.rows_with_pixels``) only when it
+    is asked for: a run's rows carry waiting images, and only the chunks in hand hold decoded ones."""
+
+    def __init__(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]]):
+        self.rows, self.chunks = rows, chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, index: int) -> list[Row]:
+        return rows_with_pixels([self.rows[i] for i in self.chunks[index]])
+
+    def __iter__(self) -> Iterator[list[Row]]:
+        for index in range(len(self.chunks)):
+            yield self[index]
 
 
 class ConcurrentExecutor:
@@ -194,12 +218,15 @@ def executor_for(scoring: Scoring):
 
 
 def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],
-                    on_chunk: Callable[[int], None] = lambda n: None) -> list[Record]:
+                    on_chunk: Callable[[int], None] = lambda n: None,
+                    on_scored: Callable[[list[Row]], None] = lambda rows: None) -> list[Record]:
     """The records of ``rows`` in row order, chunk by chunk: a row the journal knows (``--resume``) is reused,
-    the others of each chunk are handed to ``executor`` (its ``records(chunks)`` yields ``(index, records)``
-    as chunks finish) and appended to the journal as each chunk arrives; ``on_chunk(n)`` is told the size of
-    every chunk done (the progress bar). An exception of the executor propagates unchanged: what was journaled
-    before it stays."""
+    the others of each chunk are handed to ``executor`` with their pixels (its ``records(chunks)`` takes a
+    ``ChunksWithPixels``, whose chunks are decoded as it asks for them, and yields ``(index, records)`` as
+    chunks finish; it should hold only the chunks it is scoring) and appended to the journal as each arrives;
+    ``on_chunk(n)`` is told the size of every chunk done (the progress bar) and ``on_scored(rows)`` the rows
+    scored in it (the run lets their variant images go). An exception of the executor propagates unchanged:
+    what was journaled before it stays."""
     out: list[Record | None] = [None] * len(rows)
     keys = [row_key(journal.config, row) for row in rows]
     pending: list[tuple[list[int], int]] = []  # (positions to score, size of their chunk)
@@ -212,10 +239,11 @@ def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Seq
             pending.append((missing, len(chunk)))
         else:
             on_chunk(len(chunk))
-    for index, records in executor.records([[rows[i] for i in positions] for positions, _ in pending]):
+    for index, records in executor.records(ChunksWithPixels(rows, [positions for positions, _ in pending])):
         positions, size = pending[index]
         for i, record in zip(positions, records, strict=True):
             out[i] = record
         journal.append((keys[i], out[i]) for i in positions)
         on_chunk(size)
+        on_scored([rows[i] for i in positions])
     return out

@@ -79,6 +79,14 @@ class ByteLRU:
             self.nbytes -= self._evict_one()
             self.evictions += 1
 
+    def discard(self, key: Hashable) -> None:
+        """Let the entry of ``key`` go (nothing when it is not held)."""
+        self._discard(key)
+
+    def keys(self) -> list:
+        """The keys held, least recently used first."""
+        return list(self._items)
+
     def _discard(self, key: Hashable) -> None:
         if key in self._items:
             self.nbytes -= self._items.pop(key)[1]

@@ -253,6 +253,20 @@ class HFVLMScorer:
         """Whether rows about the same images run their shared prompt prefix once (see the module doc)."""
         return bool(self._cache_bytes[2]) and not self.adapter.bidirectional_prompt
 
+    def forget_images(self, digests) -> None:
+        """Let go of the pixels, prompt layouts and prompts kept of these images (content keys); the run calls it
+        with the variant images of a scored chunk, which no later row asks for. Their features stay (bounded by
+        the feature cache): an image encoded again in another vision batch could differ in its last bits."""
+        gone = set(digests)
+        if not gone:
+            return
+        for store in (self._pixels, self._layouts):
+            for key in store.keys():
+                if gone.intersection(key):
+                    store.discard(key)
+        for key in [k for k in self._prompts if any(gone.intersection(group) for group in k[1])]:
+            del self._prompts[key]
+
     # -- precision ------------------------------------------------------------------------------
 
     def batch_precision(self) -> str:

@@ -72,7 +72,7 @@ def _paraphrases(rows, seed):
 
 
 _FLIP_VARIANTS = tuple(f"{attribute}_*" for attribute in lgip.ATTRIBUTES)  # <attribute>_<strength>
-_COMMON = dict(kind="probe", block="lgip", source="captions", cell=lgip_block_cell)
+_COMMON = dict(kind="probe", block="lgip", source="captions", cell=lgip_block_cell, reads_pixels=False)
 
 declare(Family(
     name=lgip.FAMILY_PARAPHRASE, build=_paraphrases, variants=tuple(lgip.PARAPHRASE_RULES) + ("user_*",),

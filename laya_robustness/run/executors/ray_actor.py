@@ -1,0 +1,55 @@
+"""What one Ray actor of ``--executor ray`` holds: the run's scorers, loaded once on it, scoring the rows sent."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from laya_robustness.records import Record
+from laya_robustness.rows import Row
+from laya_robustness.run.invariance import InvarianceRun
+from laya_robustness.run.meta import device_name
+from laya_robustness.run.models import load_source_scorer
+from laya_robustness.run.scoring import Scoring
+
+
+def actor_device(device: str) -> str:
+    """The device an actor loads on: ``cuda`` for any CUDA device (Ray gives each actor its own GPU as cuda:0)."""
+    return "cuda" if device.startswith("cuda") else device
+
+
+def load_scoring(settings, model: str, device: str, dual: bool) -> Scoring:
+    """The run's ``Scoring`` on an actor: its scorer (``load_source_scorer``), path and temperatures."""
+    return Scoring(load_source_scorer(settings, model, device, dual), settings.scoring_path, settings.temperatures)
+
+
+class ScoringActor:
+    """The body of one actor: the ``Scoring`` of each row source (``loads[source]()``), each loaded once on
+    first use, and their invariance runs."""
+
+    def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str):
+        self.loads, self.device = dict(loads), device
+        self.scorings: dict[str, Scoring] = {}
+        self._invariance: dict[str, InvarianceRun] = {}
+
+    def _scoring(self, source: str) -> Scoring:
+        if source not in self.scorings:
+            self.scorings[source] = self.loads[source]()
+        return self.scorings[source]
+
+    def prepare(self, sources: Sequence[str]) -> dict:
+        """Load the scorers of ``sources``; say the node (its IP address) and device this actor runs on and each
+        scorer's identity."""
+        import ray
+
+        identities = {source: dict(getattr(self._scoring(source).scorer, "identity", {})) for source in sources}
+        return {"node": ray.util.get_node_ip_address(), "device_name": device_name(self.device),
+                "identities": identities}
+
+    def records(self, source: str, rows: Sequence[Row]) -> list[Record]:
+        return self._scoring(source).records(rows)
+
+    def invariance(self, source: str, condition: str, rows: Sequence[Row], batch_size: int, temperatures) -> dict:
+        """One invariance condition's stats on this actor's ``source`` scorer (each reference computed once)."""
+        if source not in self._invariance:
+            self._invariance[source] = InvarianceRun(self._scoring(source).scorer, rows, batch_size, temperatures)
+        return self._invariance[source].run(condition)

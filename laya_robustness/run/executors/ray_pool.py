@@ -1,0 +1,265 @@
+"""A pool of Ray actors that score shards of rows, each actor loading the run's scorer once (``--executor ray``).
+
+``RayActorPool.records(shards)`` keeps ``LocalExecutor``'s contract: it yields ``(index, records)`` of each
+shard as an actor finishes it, in any order, and each shard is scored in one ``Scoring.records`` call, so
+its batches are the local run's and so are its records. Scheduling: an actor has at most ``PIPELINE``
+shards in flight (one scoring, one waiting, so it never idles while the next is sent). A free actor takes,
+among the next waiting shards, the one with most rows whose image it was the first to score (their home),
+then one no actor has seen, so an image's later families (its rephrasings, its languages) meet the
+features that actor's encode-once cache already holds. A shard whose actor dies (its process killed, its
+node lost) is sent again to another actor and the dead one is replaced; records are taken only from
+shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn,
+or an exception raised by the scorer (it would raise anywhere), stops the run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from laya_robustness.records import Record
+from laya_robustness.rows import Row
+from laya_robustness.run.errors import HarnessError
+from laya_robustness.run.executors.ray_actor import ScoringActor
+from laya_robustness.run.scoring import Scoring
+
+#: Shards in flight per actor.
+PIPELINE = 2
+#: Actors a shard may be lost with before the run stops.
+MAX_ATTEMPTS = 3
+#: Waiting shards per actor a free actor chooses among.
+LOOKAHEAD = 8
+
+
+@dataclass
+class Slot:
+    """One place in the pool: its actor, where it runs (None while it loads) and its shards in flight."""
+
+    number: int
+    actor: object
+    ready: object  # the ref of its prepare() call, until it answers
+    where: dict | None = None
+    in_flight: int = 0
+
+
+@dataclass
+class Shard:
+    index: int
+    source: str
+    rows: Sequence[Row]
+    attempts: int = 0
+    clusters: Counter = field(default_factory=Counter)
+
+    def __post_init__(self):
+        self.clusters = Counter(r.cluster for r in self.rows)
+
+
+def _cause(exc: Exception) -> BaseException:
+    """The exception a remote call raised, as it was raised (Ray wraps it in a RayTaskError)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+class RayActorPool:
+    """``n_actors`` actors on the connected cluster, each holding the scorers ``loads`` build (per row source) on
+    ``device``, one GPU each when ``gpus``, else one CPU; ``label`` names the pool in errors."""
+
+    def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str, n_actors: int, gpus: bool,
+                 label: str):
+        import ray
+
+        self.label, self.device, self.replaced = label, device, 0
+        options = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_restarts": 0, "max_task_retries": 0}
+        self._actor_class = ray.remote(**options)(ScoringActor)
+        self._loads = dict(loads)
+        self.sources: list[str] = []  # the sources every actor has loaded
+        self.home: dict[str, int] = {}  # image cluster -> the slot that scored it first
+        self.slots = [self._new_slot(i) for i in range(n_actors)]
+        for slot in self.slots:
+            self._wait_ready(slot)
+
+    # -- actors ---------------------------------------------------------------------------------
+
+    def _new_slot(self, number: int) -> Slot:
+        actor = self._actor_class.remote(self._loads, self.device)
+        return Slot(number, actor, actor.prepare.remote(self.sources))
+
+    def _wait_ready(self, slot: Slot) -> None:
+        import ray
+
+        try:
+            slot.where = ray.get(slot.ready)
+        except Exception as exc:  # a scorer failed to load on the actor (or the actor could not start)
+            raise HarnessError(f"{self.label}: a Ray actor could not load the scorer: {_load_error(exc)}") from None
+        slot.ready = None
+        self._check_same_models()
+
+    def _check_same_models(self) -> None:
+        for source in self.sources:
+            identities = {repr(sorted(s.where["identities"][source].items())): s.where["node"]
+                          for s in self.slots if s.where and source in s.where["identities"]}
+            if len(identities) > 1:
+                raise HarnessError(f"{self.label}: the actors loaded different {source} models (nodes "
+                                   f"{sorted(identities.values())}): every node must see the same checkpoint")
+
+    def prepare(self, source: str) -> dict:
+        """Load ``source``'s scorer on every actor (once) and return its identity, the same on all of them."""
+        if source not in self.sources:
+            self.sources.append(source)
+            for slot in self.slots:
+                if slot.ready is None:
+                    slot.ready = slot.actor.prepare.remote([source])
+            for slot in self.slots:
+                where = slot.where
+                self._wait_ready(slot)
+                if where:  # keep what the actor said before, add the new identity
+                    slot.where = {**where, "identities": {**where["identities"], **slot.where["identities"]}}
+            self._check_same_models()
+        return dict(next(s.where for s in self.slots if s.where)["identities"][source])
+
+    def _replace(self, slot: Slot) -> None:
+        import ray
+
+        ray.kill(slot.actor, no_restart=True)
+        fresh = self._new_slot(slot.number)
+        slot.actor, slot.ready, slot.where, slot.in_flight = fresh.actor, fresh.ready, None, 0
+        self.replaced += 1
+
+    def meta(self) -> dict:
+        """How many actors, on which nodes (IP address -> actors), on which devices, and how many were replaced."""
+        nodes = Counter(s.where["node"] for s in self.slots if s.where)
+        names = sorted({s.where["device_name"] for s in self.slots if s.where})
+        return {"actors": len(self.slots), "nodes": dict(sorted(nodes.items())), "device_names": names,
+                "replaced_actors": self.replaced}
+
+    def close(self) -> None:
+        import ray
+
+        for slot in self.slots:
+            ray.kill(slot.actor, no_restart=True)
+
+    # -- scoring --------------------------------------------------------------------------------
+
+    def executor(self, source: str) -> "SourceExecutor":
+        """An executor of ``source`` rows on this pool (``records(chunks)``, as ``LocalExecutor``)."""
+        self.prepare(source)
+        return SourceExecutor(self, source)
+
+    def records(self, source: str, shards: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
+        """``(index, records)`` of each shard of ``source`` rows as it finishes (see the module doc)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        incoming = (Shard(i, source, rows) for i, rows in enumerate(shards))
+        waiting: list[Shard] = []
+        running: dict[object, tuple[Slot, object, Shard | None]] = {}  # ref -> (slot, its actor, shard or None)
+        try:
+            while True:
+                waiting += islice(incoming, max(0, LOOKAHEAD * len(self.slots) - len(waiting)))
+                self._dispatch(waiting, running)
+                if not running:
+                    return
+                [ref], _ = ray.wait(list(running), num_returns=1)
+                slot, actor, shard = running.pop(ref)
+                if shard is None:  # a replacement actor finished loading
+                    self._wait_ready(slot)
+                    continue
+                try:
+                    result = ray.get(ref)
+                except RayActorError as exc:
+                    self._lost(slot, actor, shard, exc, waiting)
+                    continue
+                except Exception as exc:
+                    raise _cause(exc) from None
+                slot.in_flight -= 1
+                yield shard.index, result
+        finally:  # stopped early: the shards still queued are not scored (an actor that is loading goes on)
+            for ref, (_, _, shard) in running.items():
+                if shard is not None:
+                    ray.cancel(ref)
+
+    def _dispatch(self, waiting: list[Shard], running: dict) -> None:
+        """Hand waiting shards to the ready actors with room, the least busy first; watch loading actors."""
+        for slot in self.slots:
+            if slot.ready is not None and slot.ready not in running:
+                running[slot.ready] = (slot, slot.actor, None)
+        while waiting:
+            free = [s for s in self.slots if s.ready is None and s.in_flight < PIPELINE]
+            if not free:
+                return
+            slot = min(free, key=lambda s: s.in_flight)
+            shard = waiting.pop(self._pick(slot.number, waiting))
+            for cluster in shard.clusters:
+                self.home.setdefault(cluster, slot.number)
+            slot.in_flight += 1
+            running[slot.actor.records.remote(shard.source, shard.rows)] = (slot, slot.actor, shard)
+
+    def _pick(self, number: int, waiting: Sequence[Shard]) -> int:
+        """The position of the waiting shard with most rows at home on slot ``number``, then fewest at home on
+        another slot, then the oldest."""
+        def score(position: int):
+            counts = waiting[position].clusters
+            mine = sum(n for c, n in counts.items() if self.home.get(c) == number)
+            others = sum(n for c, n in counts.items() if self.home.get(c, number) != number)
+            return (mine, -others, -position)
+
+        return max(range(len(waiting)), key=score)
+
+    def _lost(self, slot: Slot, actor, shard: Shard, exc: Exception, waiting: list[Shard]) -> None:
+        """An actor died under a shard: replace it (once for all its shards) and send the shard again, first."""
+        if slot.actor is actor:
+            self._replace(slot)
+        shard.attempts += 1
+        if shard.attempts >= MAX_ATTEMPTS:
+            raise HarnessError(f"{self.label}: shard {shard.index} ({len(shard.rows)} rows from "
+                               f"{shard.rows[0].row_id}) was lost with {MAX_ATTEMPTS} Ray actors in turn; "
+                               f"the last: {exc}") from None
+        waiting.insert(0, shard)
+
+    # -- invariance ------------------------------------------------------------------------------
+
+    def invariance(self, source: str, rows: Sequence[Row], batch_size: int, temperatures) -> "RemoteInvariance":
+        """The invariance conditions of ``rows`` on ``source``'s scorer, scored on the pool's first actor."""
+        self.prepare(source)
+        return RemoteInvariance(self, source, rows, batch_size, temperatures)
+
+
+class SourceExecutor:
+    """The pool's executor of one row source: ``records(chunks)`` yields ``(index, records)`` as chunks finish."""
+
+    def __init__(self, pool: RayActorPool, source: str):
+        self.pool, self.source = pool, source
+
+    def records(self, chunks: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
+        return self.pool.records(self.source, chunks)
+
+
+def _load_error(exc: Exception) -> str:
+    """What a failed actor start says: the scorer's own exception where Ray kept it."""
+    cause = _cause(exc)
+    if cause is not exc:
+        return f"{type(cause).__name__}: {cause}"
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+class RemoteInvariance:
+    """``InvarianceRun.run`` on the pool's first actor (its references are computed there once)."""
+
+    def __init__(self, pool: RayActorPool, source: str, rows: Sequence[Row], batch_size: int, temperatures):
+        import ray
+
+        self.pool, self.source, self.rows = pool, source, ray.put(list(rows))
+        self.batch_size, self.temperatures = batch_size, temperatures
+
+    def run(self, condition: str) -> dict:
+        import ray
+
+        actor = self.pool.slots[0].actor
+        try:
+            return ray.get(actor.invariance.remote(self.source, condition, self.rows, self.batch_size,
+                                                   self.temperatures))
+        except Exception as exc:
+            raise _cause(exc) from None

@@ -1,0 +1,68 @@
+"""A family's variant rows of one dataset, built so that their images wait in the run's image store instead of
+all being held at once (how much is held stays bounded by bytes whatever the number of rows).
+
+Three rules, by what the family's declaration says:
+
+- a family that does not read pixels (``reads_pixels=False``: it keeps, drops or moves images between rows, as
+  the text families, image_shuffle's donors and option_set's borrowed distractors do) is built once over the
+  whole dataset on rows whose images wait: its rows carry the source images' PendingImages;
+- a row-wise family that reads pixels (the image families) is built one source row at a time, a few side by
+  side; each new image is keyed, held in the store while there is room and then let go, and a chunk that
+  finds it gone rebuilds that source row's variants (its ``ImageSource``);
+- a family that reads pixels and is not row-wise cannot be rebuilt row by row: it is built over the whole
+  dataset with every image decoded, and its images are held until it is scored (its memory grows with the data).
+
+Either way the rows, their order and their content keys are those of ``families.build_variants`` on decoded
+rows, so the records and the journal keys are the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from laya_robustness.families import BUILD_THREADS, build_variants, get_family
+from laya_robustness.rows import PendingImage, Row, image_digest
+from laya_robustness.run.images import ImageSource, ImageStore, parallel_map
+
+#: Source rows of a pixel family built side by side at once (their variants are held together until keyed).
+BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
+
+
+def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore) -> list[Row]:
+    """The rows family ``name`` scores for ``rows`` (the source rows of one dataset), their images waiting in
+    ``store`` where the family's rule allows (see the module doc)."""
+    family = get_family(name)
+    if not family.reads_pixels or not family.row_wise:
+        return build_variants(name, rows, seed)
+    out: list[Row] = []
+    for start in range(0, len(rows), BUILD_WINDOW_ROWS):
+        window = rows[start:start + BUILD_WINDOW_ROWS]
+        for row, variants in zip(window, parallel_map(lambda r: build_variants(name, [r], seed), window)):
+            source = ImageSource(store, _rebuild(name, row, seed), f"{name} of row {row.row_id!r}", keep=False)
+            out += [_waiting(variant, row, source) for variant in variants]
+    return out
+
+
+def _rebuild(name: str, row: Row, seed: int):
+    return lambda: [im for variant in build_variants(name, [row], seed) for im in variant.images]
+
+
+def _waiting(variant: Row, source_row: Row, source: ImageSource) -> Row:
+    """``variant`` with its new images waiting in the store (an image passed through from its source row keeps
+    the source's PendingImage)."""
+    passed = {im.digest: im for im in source_row.images if isinstance(im, PendingImage)}
+    images = tuple(im if isinstance(im, PendingImage) else passed.get(image_digest(im)) or source.waiting(im)
+                   for im in variant.images)
+    return dataclasses.replace(variant, images=images)
+
+
+def let_go(rows: Sequence[Row], store: ImageStore, scorer=None) -> None:
+    """Once ``rows`` are scored, let the store, and the scorer where it can (``forget_images``), forget their
+    variant images: no later row waits for them (their source images stay)."""
+    gone = {im.digest for r in rows for im in r.images
+            if isinstance(im, PendingImage) and isinstance(im.source, ImageSource) and not im.source.keep}
+    store.forget(gone)
+    forget = getattr(scorer, "forget_images", None)
+    if forget is not None and gone:
+        forget(gone)

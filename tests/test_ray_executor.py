@@ -1,0 +1,304 @@
+"""--executor ray against a real Ray cluster: a ``ray start --head`` process on 127.0.0.1 that every test connects to
+by address (the multi-node path in miniature), started once for the module and stopped at its end."""
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fakes import slow_scoring  # noqa: E402
+from test_plugin import PASSING_LIMITS, make_gate  # noqa: E402  (the gate project of the plugin tests)
+
+from laya_robustness.fixtures.rows import generate_rows, write_manifest  # noqa: E402
+from laya_robustness.run.errors import HarnessError  # noqa: E402
+from laya_robustness.run.executors.ray_cluster import Cluster  # noqa: E402
+from laya_robustness.run.executors.ray_pool import RayActorPool  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+pytest_plugins = ["pytester"]
+#: What `ray job submit --runtime-env-json` sets: the job's runtime env, which its actors start with.
+JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """The address of a one-node cluster (2 CPUs) started with `ray start --head --block`, stopped on SIGTERM
+    (its folder is short: Ray's socket paths inside it must stay under 108 characters)."""
+    port = _free_port()
+    temp = Path(tempfile.mkdtemp(prefix="ray-"))
+    cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+           "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false", "--temp-dir", str(temp),
+           "--disable-usage-stats"]
+    log = (temp / "head.log").open("w")
+    head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while "Ray runtime started" not in (temp / "head.log").read_text():
+        assert head.poll() is None and time.monotonic() < deadline, (temp / "head.log").read_text()
+        time.sleep(0.2)
+    yield f"127.0.0.1:{port}"
+    head.send_signal(signal.SIGTERM)
+    try:
+        head.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+    log.close()
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def job_env(**env) -> str:
+    """The runtime env of a gate run's Ray job: the fakes importable on the actors, and ``env``."""
+    return json.dumps({"runtime_env": {"env_vars": {"PYTHONPATH": str(TESTS), **env}}})
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A copy of the gate with two sets of 24 rows and the fake scorer (as the plugin tests' ``gate``), shared by
+    the module's gate runs, each of which reports to its own folder."""
+    path = tmp_path_factory.mktemp("gate")
+    shutil.copytree(ROOT / "robustness_tests", path / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
+    for name in ("colour_choice", "exists_yesno"):
+        write_manifest(generate_rows(name, 24, seed=5), path / "rows")
+    (path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers -p no:cacheprovider\nlaya_scorer = "
+                                     "fakes:oracle\nlaya_data = rows\nlaya_model = fake-model\n")
+    (path / "limits.toml").write_text(PASSING_LIMITS)
+    return path
+
+
+@pytest.fixture
+def gate(pytester, monkeypatch):
+    """The plugin tests' gate project, for in-process runs that stop at the options."""
+    return make_gate(pytester, monkeypatch, PASSING_LIMITS)
+
+
+#: The fake-scorer runs: one family, batches of 2 rows (so a family and set is several chunks).
+FAKE_RUN = ("--families", "option_order", "--batch-size", "2")
+
+
+def start_gate(project: Path, *args, job: str | None = None) -> subprocess.Popen:
+    """``pytest robustness_tests`` in ``project`` (no snapshot, benchmark, invariance or gpu tests) as a process;
+    ``job``: the Ray job's runtime env it runs under (``job_env``)."""
+    cmd = [sys.executable, "-m", "pytest", "robustness_tests", "--thresholds", "limits.toml",
+           "-k", "not (snapshot or benchmark or invariance or gpu)", *args]
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env.pop(JOB_CONFIG, None)
+    if job is not None:
+        env[JOB_CONFIG] = job
+    return subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def gate_run(project: Path, *args, job: str | None = None) -> tuple[int, str]:
+    """(exit status, output) of a gate run in ``project`` (see ``start_gate``)."""
+    process = start_gate(project, *args, job=job)
+    out, _ = process.communicate(timeout=600)
+    return process.returncode, out
+
+
+@pytest.fixture(scope="module")
+def local(project) -> Path:
+    """The reports of the fake-scorer run scored in the pytest process (-n 0)."""
+    status, out = gate_run(project, *FAKE_RUN, "--report-dir", "local", "-n", "0")
+    assert status == 0, out
+    return project / "local"
+
+
+def _blocks(path: Path) -> dict:
+    """summary.json without its meta (where and when it ran)."""
+    summary = json.loads(path.read_text())
+    return {k: v for k, v in summary.items() if k != "meta"}
+
+
+def _same_reports(folder: Path, other: Path) -> None:
+    assert (folder / "predictions.jsonl.gz").read_bytes() == (other / "predictions.jsonl.gz").read_bytes()
+    assert _blocks(folder / "summary.json") == _blocks(other / "summary.json")
+    assert json.loads((folder / "checks.json").read_text()) == json.loads((other / "checks.json").read_text())
+
+
+def test_a_ray_run_reports_what_a_local_run_does(project, local, ray_head):
+    status, out = gate_run(project, *FAKE_RUN, "--report-dir", "ray", "--executor", "ray", "--ray-address", ray_head,
+                           job=job_env())
+    assert status == 0, out
+    for line in ("robustness gate (cpu)", "orig ", "option_order "):
+        assert line in out
+    _same_reports(project / "ray", local)
+    assert (project / "ray" / "report.html").stat().st_size > 0
+    executor = json.loads((project / "ray" / "summary.json").read_text())["meta"]["executor"]
+    assert executor["name"] == "ray" and executor["address"] == ray_head and executor["actors"] == 2
+    assert sum(executor["nodes"].values()) == 2 and executor["replaced_actors"] == 0
+    assert "executor" not in json.loads((local / "summary.json").read_text())["meta"]
+
+
+def test_the_embedded_model_on_ray_scores_and_checks_what_it_does_locally(project, ray_head):
+    """The real checkpoint (fp32, eager attention on the CPU): predictions, summary blocks, checks and the
+    invariance conditions (scored on the pool's first actor) equal a local run's."""
+    args = ("--scorer", "hf", "--model", str(ROOT / "laya_fixtures" / "tiny-smolvlm"), "--data",
+            str(ROOT / "laya_fixtures" / "rows"), "--thresholds", str(ROOT / "thresholds.toml"), "--rows-per-set", "3",
+            "--families", "text", "--invariance-rows", "2", "--dual-model", "none",
+            "-k", "not (snapshot or benchmark or gpu)")
+    status, out = gate_run(project, *args, "--report-dir", "embedded-local")
+    assert status in (0, 1), out
+    remote_status, out = gate_run(project, *args, "--report-dir", "embedded-ray", "--executor", "ray",
+                                  "--ray-address", ray_head, job=job_env())
+    assert remote_status == status, out
+    _same_reports(project / "embedded-ray", project / "embedded-local")
+    conditions = [json.loads((project / d / "invariance.json").read_text())["conditions"]
+                  for d in ("embedded-ray", "embedded-local")]
+    assert conditions[0] == conditions[1] and "batched" in conditions[0]
+
+
+def _records(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _journaled(path: Path) -> list[str]:
+    """The keys of the complete lines of a journal file (none while it does not exist)."""
+    if not path.exists():
+        return []
+    keys = []
+    for line in path.read_text().splitlines():
+        try:
+            keys.append(json.loads(line)["key"])
+        except json.JSONDecodeError:
+            pass  # torn by the kill
+    return keys
+
+
+def _wait_for(condition, process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, process.stdout.read()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_an_actor_killed_mid_run_loses_no_record_and_duplicates_none(project, local, ray_head, tmp_path):
+    pids, journal = tmp_path / "pids", tmp_path / "journal"
+    pids.mkdir()
+    process = start_gate(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "killed-actor", "--journal",
+                         str(journal), "--executor", "ray", "--ray-address", ray_head, "--baseline",
+                         str(local / "predictions.jsonl.gz"),
+                         job=job_env(LAYA_SLOW_PER_ROW="0.02", LAYA_PID_DIR=str(pids)))
+    _wait_for(lambda: len(list(pids.iterdir())) == 2 and _journaled(journal / "cpu.jsonl"), process)
+    os.kill(int(min(p.name for p in pids.iterdir())), signal.SIGKILL)
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, out
+    assert len(list(pids.iterdir())) == 3  # the replacement loaded the scorer once more
+    assert (project / "killed-actor" / "predictions.jsonl.gz").read_bytes() == \
+        (local / "predictions.jsonl.gz").read_bytes()
+    keys = _journaled(journal / "cpu.jsonl")
+    assert len((journal / "cpu.jsonl").read_text().splitlines()) == len(keys)
+    assert len(keys) == len(set(keys)) == len(_records(local / "predictions.jsonl.gz"))
+    meta = json.loads((project / "killed-actor" / "summary.json").read_text())["meta"]
+    assert meta["executor"]["replaced_actors"] == 1 and meta["complete"] is True
+    assert "test_baseline.py" in out and " failed" not in out  # the --baseline comparison works unchanged
+
+
+def test_a_killed_controller_resumes_with_resume(project, local, ray_head, tmp_path):
+    journal, counts = tmp_path / "journal", tmp_path / "rows.count"
+    args = (*FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "resumed", "--journal", str(journal), "--executor",
+            "ray", "--ray-address", ray_head)
+    first = start_gate(project, *args, job=job_env(LAYA_SLOW_PER_ROW="0.02"))
+    _wait_for(lambda: _journaled(journal / "cpu.jsonl"), first)
+    first.kill()
+    first.communicate()
+    journaled = len(set(_journaled(journal / "cpu.jsonl")))
+    status, out = gate_run(project, *args, "--resume", job=job_env(LAYA_COUNT_FILE=str(counts)))
+    assert status == 0, out
+    total = len(_records(local / "predictions.jsonl.gz"))
+    assert 0 < journaled < total
+    assert sum(int(n) for n in counts.read_text().split()) == total - journaled  # only the rest was scored
+    assert (project / "resumed" / "predictions.jsonl.gz").read_bytes() == (local / "predictions.jsonl.gz").read_bytes()
+
+
+def test_an_unreachable_cluster_is_exit_3_within_seconds_naming_the_address(project):
+    address = f"127.0.0.1:{_free_port()}"
+    start = time.monotonic()
+    status, out = gate_run(project, "--report-dir", "unreachable", "--executor", "ray", "--ray-address", address)
+    assert status == 3, out
+    assert time.monotonic() - start < 30
+    assert f"no Ray cluster answers at --ray-address {address}" in out
+    assert not (project / "unreachable").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--executor", "ray", "-n", "2"), "--executor ray: the Ray actors spread the scoring; it cannot run with xdist"),
+    (("--executor", "ray", "--ray-actors", "0"), "--ray-actors: 0 is below 1"),
+    (("--executor", "ray", "--ray-address", "head"), "--ray-address: 'head' is not local, auto, host:port"),
+    (("--ray-address", "10.0.0.1:6379"), "--ray-address: only --executor ray uses it"),
+    (("--executor", "dask"), "--executor: 'dask' is not one of local, ray"),
+])
+def test_a_bad_executor_option_is_a_usage_error_naming_it(gate, args, words):
+    result = gate.runpytest("robustness_tests", *args)
+    assert result.ret == 4
+    assert words in result.stderr.str()
+
+
+def test_without_ray_the_ray_executor_says_what_to_install(gate, monkeypatch):
+    monkeypatch.setattr("laya_robustness.pytest_plugin.options.ray_installed", lambda: False)
+    result = gate.runpytest("robustness_tests", "--executor", "ray")
+    assert result.ret == 4
+    assert "--executor ray: Ray is not installed; pip install 'laya-robustness[cluster]'" in result.stderr.str()
+
+
+# -- scaling ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def connected(ray_head):
+    ray.init(address=ray_head, runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}}, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _scoring_seconds(shards, n_actors: int, per_row: float) -> float:
+    pool = RayActorPool({"rows": partial(slow_scoring, per_row)}, "cpu", n_actors, gpus=False, label="test")
+    try:
+        pool.prepare("rows")
+        start = time.perf_counter()
+        done = sorted(index for index, _ in pool.records("rows", shards))
+        seconds = time.perf_counter() - start
+    finally:
+        pool.close()
+    assert done == list(range(len(shards)))
+    return seconds
+
+
+def test_two_actors_score_a_device_bound_model_in_at_most_0_6_of_one_actors_time(connected, fixture_rows):
+    """Every row costs 25 ms, as on a device; 8 shards of 12 rows: 2.4 s of device time."""
+    rows = [r for rows in fixture_rows.values() for r in rows][:96]
+    shards = [rows[i:i + 12] for i in range(0, len(rows), 12)]
+    one = _scoring_seconds(shards, 1, 0.025)
+    two = _scoring_seconds(shards, 2, 0.025)
+    assert one >= 2.4
+    assert two <= 0.6 * one, (one, two)
+
+
+def test_the_cluster_says_how_many_actors_it_takes(connected, ray_head):
+    """By default 2 on CPUs; as many as asked up to its CPUs (GPUs); more is a harness error (exit 3) naming them,
+    since the extra actors would wait for theirs forever."""
+    cluster = Cluster(ray_head, owned=False)
+    assert cluster.actor_count(None, gpus=False) == 2 and cluster.actor_count(1, gpus=False) == 1
+    with pytest.raises(HarnessError, match=f"--ray-actors 3: the Ray cluster at {ray_head} has 2 CPUs and each"):
+        cluster.actor_count(3, gpus=False)
+    with pytest.raises(HarnessError, match="--ray-actors auto: the Ray cluster at .* has 0 GPUs"):
+        cluster.actor_count(None, gpus=True)

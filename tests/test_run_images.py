@@ -1,0 +1,155 @@
+"""The run's image store and the rows whose images wait in it: bounded by bytes, each sampled image decoded once
+at load, variants rebuilt when let go, and the same content keys, rows and fingerprints as decoded rows."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import laya_robustness.families as families
+from laya_robustness.families import Family, build_variants, get_family
+from laya_robustness.fixtures.bench import write_photo_rows
+from laya_robustness.rows import PendingImage, RowError, image_digest
+from laya_robustness.run.errors import HarnessError
+from laya_robustness.run.fingerprints import data_fingerprint
+from laya_robustness.run.images import ImageStore, image_bytes, rows_with_pixels
+from laya_robustness.run.inputs import load_source_rows
+from laya_robustness.run.journal import row_key
+from laya_robustness.run.variants import family_variants, let_go
+from test_row_wise import _content
+
+SIZE = (40, 30)  # 3,600 bytes decoded
+
+
+def _image(value: int) -> Image.Image:
+    return Image.new("RGB", SIZE, (value, 0, 0))
+
+
+def test_the_store_holds_what_fits_and_keeps_it_until_let_go():
+    store = ImageStore(max_bytes=2 * image_bytes(_image(0)))
+    for i in range(3):
+        store.put(f"k{i}", _image(i))
+    assert store.get("k0") is not None and store.get("k1") is not None  # the first two: held
+    assert store.get("k2") is None  # no room: not held, and nothing held was pushed out for it
+    assert store.nbytes == store.max_bytes == store.stats["peak_bytes"] and store.stats["hits"] == 2
+    store.forget(["k1", "k2"])
+    assert store.get("k1") is None and store.nbytes == store.max_bytes // 2
+    store.put("k2", _image(2))
+    assert store.get("k2") is not None
+
+
+@pytest.fixture
+def photos(tmp_path):
+    """Eight photo rows on disk, the last two naming the first one's file (three questions about one image)."""
+    manifest = write_photo_rows(tmp_path, 8, size=SIZE)
+    lines = [json.loads(line) for line in manifest.read_text().splitlines()]
+    for line in lines[6:]:
+        line["images"] = lines[0]["images"]
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return tmp_path
+
+
+def test_loading_decodes_each_image_once_and_leaves_it_waiting(photos):
+    decoded = load_source_rows(photos, 0, seed=0)["photos"]
+    store = ImageStore(max_bytes=0)
+    waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
+    assert store.stats["decoded"] == 6 and store.nbytes == 0  # six distinct files, none held
+    assert all(isinstance(im, PendingImage) for r in waiting for im in r.images)
+    assert waiting[0].images[0] is waiting[6].images[0]
+    assert [image_digest(im) for r in waiting for im in r.images] == [image_digest(im) for r in decoded
+                                                                       for im in r.images]
+    assert data_fingerprint({"photos": waiting}) == data_fingerprint({"photos": decoded})
+    assert [row_key("c", r) for r in waiting] == [row_key("c", r) for r in decoded]
+    assert [_content(r) for r in rows_with_pixels(waiting)] == [_content(r) for r in decoded]
+    assert store.stats["made"] == 6  # each file decoded again once, for all the rows that name it
+
+
+def test_an_image_that_does_not_decode_stops_the_load(photos):
+    (photos / "images" / "photos-00003.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"\0" * 64)
+    with pytest.raises(RowError, match="photos.jsonl:4: field 'images\\[0\\]'"):
+        load_source_rows(photos, 0, seed=0, store=ImageStore())
+
+
+@pytest.mark.parametrize("family", ["image", "pad_crop", "text", "image_shuffle"])
+def test_a_familys_waiting_variants_are_its_variants(photos, family):
+    """With a store that holds two images, the image families' variants are let go as they are built and rebuilt
+    when their rows are given pixels: the same rows as building on decoded rows, and never more held."""
+    decoded = load_source_rows(photos, 0, seed=0)["photos"]
+    store = ImageStore(max_bytes=2 * image_bytes(_image(0)))
+    waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
+    variants = family_variants(family, waiting, seed=3, store=store)
+    expected = build_variants(family, decoded, seed=3)
+    assert [row_key("c", v) for v in variants] == [row_key("c", v) for v in expected]
+    assert [_content(v) for v in rows_with_pixels(variants)] == [_content(v) for v in expected]
+    assert store.stats["peak_bytes"] <= store.max_bytes
+    new = {im.digest for v in variants for im in v.images} - {im.digest for r in waiting for im in r.images}
+    if get_family(family).reads_pixels:  # the new images (two at most held) were made again by their rows
+        assert len(new) > 20 and store.stats["made"] >= len(new) - 2
+    else:
+        assert not new
+    let_go(variants, store)
+
+
+def test_let_go_forgets_a_familys_variants_and_keeps_the_source_images(photos):
+    store = ImageStore()
+    waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
+    held = store.nbytes
+    variants = family_variants("shift", waiting, seed=0, store=store)
+    assert store.nbytes > held
+    let_go(variants, store)
+    assert store.nbytes == held and all(store.get(im.digest) is not None for r in waiting for im in r.images)
+
+
+def _unsteady_build(rows, seed):
+    """A row-wise family that is not deterministic (it draws from numpy's global state): a bug to catch."""
+    return [row.derive("unsteady", "noise", images=tuple(Image.fromarray(
+        np.random.randint(0, 255, (4, 4, 3), dtype=np.uint8)) for _ in row.images)) for row in rows]
+
+
+def _grey_all(rows, seed):
+    return [r.derive("grey_all", "grey", images=tuple(im.convert("L") for im in r.images)) for r in rows]
+
+
+@pytest.fixture
+def declared(monkeypatch):
+    """Declare a family for one test only."""
+    def declare(family: Family) -> None:
+        monkeypatch.setitem(families._REGISTRY, family.name, family)
+
+    return declare
+
+
+def test_a_variant_rebuilt_with_other_pixels_is_a_harness_error(photos, declared):
+    declared(Family(name="unsteady", build=_unsteady_build, summary="", row_wise=True, default=False))
+    store = ImageStore(max_bytes=0)
+    waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
+    variants = family_variants("unsteady", waiting, seed=0, store=store)
+    with pytest.raises(HarnessError, match="unsteady of row 'photos/00000'.*not deterministic"):
+        rows_with_pixels(variants[:1])
+
+
+def test_a_family_that_reads_pixels_and_is_not_row_wise_is_built_decoded(photos, declared):
+    """The rule for such a family (a plug-in's default): the whole dataset decoded, its images held as built."""
+    declared(Family(name="grey_all", build=_grey_all, summary="", default=False))
+    store = ImageStore(max_bytes=0)
+    waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
+    variants = family_variants("grey_all", waiting, seed=0, store=store)
+    assert [v.row_id for v in variants] == [f"{r.group_id}|grey_all|grey" for r in waiting]
+    assert all(isinstance(im, Image.Image) and im.mode == "L" for v in variants for im in v.images)
+
+
+def test_the_hf_scorer_forgets_a_scored_chunks_images_and_scores_them_the_same_again(embedded_scorer, photos):
+    """``forget_images`` lets go of the pixels, layouts and prompts kept of the named images (the run calls it on
+    a scored chunk's variants) and of nothing else; scoring them again gives the same logits."""
+    scorer = embedded_scorer.replaced()  # empty caches of its own
+    rows = load_source_rows(photos, 0, seed=0)["photos"][:3]
+    before = scorer.score_predict(rows)
+    keys = lambda: [scorer._pixels.keys(), scorer._layouts.keys(), list(scorer._prompts)]  # noqa: E731
+    held = keys()
+    assert all(len(store) == 3 for store in held)
+    scorer.forget_images([image_digest(rows[0].images[0])])
+    assert [len(store) for store in keys()] == [2, 2, 2] and [s[1:] for s in held] == keys()
+    again = scorer.score_predict(rows)
+    assert all(np.array_equal(a, b) for a, b in zip(before, again))
+    assert scorer.stats["image_preprocess"] == 4  # only the forgotten image was prepared again

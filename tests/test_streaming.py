@@ -1,0 +1,73 @@
+"""Rows stream through the gate: what it holds decoded while it scores does not grow with the rows, and the
+records, journal and reports are those of a run that keeps every image."""
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from laya_robustness.fixtures.bench import write_photo_rows
+from laya_robustness.run.scoring import CHUNK_BATCHES
+from test_plugin import ROOT, TESTS
+
+pytest_plugins = ["pytester"]
+PHOTO = (160, 120)  # 57,600 bytes decoded
+CHUNK_ROWS = CHUNK_BATCHES * 2  # rows of a scoring chunk at --batch-size 2 (one score_batch call each)
+LIMITS = "version = 1\n[families.orig]\nmin_acc = 0.0\n"
+
+
+@pytest.fixture
+def photo_gate(pytester, monkeypatch):
+    """The gate's test modules with the image-counting fake scorer, and photo rows written on demand."""
+    shutil.copytree(ROOT / "robustness_tests", pytester.path / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
+    pytester.makeini("[pytest]\naddopts = --strict-markers -p no:cacheprovider\n"
+                     "laya_scorer = fakes:image_census\nlaya_model = fake-model\n")
+    (pytester.path / "limits.toml").write_text(LIMITS)
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    return pytester
+
+
+def _run(gate, monkeypatch, n_rows: int, cache_mb: int, name: str) -> dict:
+    """The image family on ``n_rows`` photo rows; the census of decoded images and the run's files."""
+    data, reports = gate.path / f"data{n_rows}", gate.path / name
+    if not data.exists():
+        write_photo_rows(data, n_rows, size=PHOTO)
+    census = gate.path / f"{name}.census.json"
+    monkeypatch.setenv("LAYA_CENSUS_FILE", str(census))
+    result = gate.runpytest_subprocess(
+        "robustness_tests/test_families.py", "--import-mode=importlib", "--thresholds", "limits.toml",
+        "--data", str(data), "--families", "image", "--batch-size", "2", "--image-cache-mb", str(cache_mb),
+        "--report-dir", str(reports), "-k", "test_image or test_orig", "-p", "no:randomly")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    with gzip.open(reports / "predictions.jsonl.gz", "rt") as fh:
+        predictions = fh.read()
+    journal = "".join(p.read_text() for p in sorted((reports / "journal").glob("*.jsonl")))
+    return {"census": json.loads(census.read_text()), "predictions": predictions, "journal": journal,
+            "summary": json.loads((reports / "summary.json").read_text())}
+
+
+def test_what_is_held_decoded_does_not_grow_with_the_rows_and_letting_go_changes_no_record(photo_gate, monkeypatch):
+    """Every decoded image alive in the process is counted at every batch: with four times the rows (each with
+    its own photo, eight image variants each) the most held stays the same, within the image store's bound
+    (1 MiB), a chunk and the rows being built; holding a family's variants of a whole dataset at once would
+    hold four times as many. The images let go are rebuilt when their chunk is scored: the predictions, the
+    journal (keys included) and the summary are those of a run whose store keeps everything."""
+    small = _run(photo_gate, monkeypatch, 12, cache_mb=1, name="small")
+    large = _run(photo_gate, monkeypatch, 48, cache_mb=1, name="large")
+    print("census", small["census"], large["census"])
+    per_image = PHOTO[0] * PHOTO[1] * 3
+    chunks = lambda n: -(-n * 8 // CHUNK_ROWS) + -(-n // CHUNK_ROWS)  # noqa: E731  (image variants, then orig)
+    assert (small["census"]["batches"], large["census"]["batches"]) == (chunks(12), chunks(48))  # every row scored
+    assert large["census"]["bytes"] <= 1.1 * small["census"]["bytes"]
+    assert large["census"]["images"] <= 1.1 * small["census"]["images"]
+    assert large["census"]["bytes"] < 48 * 9 * per_image / 4  # the source photos and their variants: 4x more
+
+    kept = _run(photo_gate, monkeypatch, 48, cache_mb=1024, name="kept")
+    assert kept["census"]["bytes"] > 2 * large["census"]["bytes"]  # this one did keep them
+    assert large["predictions"] == kept["predictions"] and large["predictions"].count("\n") == 48 * 9
+    assert large["journal"] == kept["journal"]
+    strip = lambda s: {k: v for k, v in s.items() if k != "meta"}  # noqa: E731  (meta holds timings)
+    assert strip(large["summary"]) == strip(kept["summary"])
