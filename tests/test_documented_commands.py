@@ -6,15 +6,19 @@ dropped) and each goes to the runner of its first words:
 - ``pytest ...``: run in a copy of the project up to collection (``--collect-only``), where every option,
   data file and limits file is read and checked, so a documented command that would stop with a usage error
   fails here; the full gate run is the README's test command, which CI runs.
-- ``python -m laya_robustness ...``: run in full, in process, on the reports of a small gate run.
+- ``python -m laya_robustness ...``: run in full, in process, on the reports of a small gate run (in the
+  order the pages show them: the ``variants`` commands write the files a later gate command reads).
+- ``transformers serve ...``: started for real on a free port of 127.0.0.1, waited for until it answers,
+  and stopped; the gate command against a served model collects against the tests' own server.
 - installation (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``): what ``.ci/run`` does
   from scratch on every landing; here each package or extra named must be one it installs.
 - a command no runner knows fails the test: a new kind of documented command needs its runner.
 
 A ``python`` block is executed as written, in a fresh interpreter from the project root; a block marked
 ``<!-- plugin-example: ... -->`` is a module the plug-in tests import (``tests/test_scorer_plugin_example.py``).
-Placeholders a reader replaces (``path/to/rows``, a hub id) are replaced by the embedded fixtures
-(``PLACEHOLDERS``).
+What a reader replaces (``path/to/rows``, a hub id) is replaced by the embedded fixtures, and what this
+machine lacks (a GPU, eight of them) by what it has (``PLACEHOLDERS``); a ``variants`` command gets
+``--rows-per-set 1`` (the tiny language model writes for 5 rows, not 1,200).
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ PLACEHOLDERS = {
     "old/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
     "a/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
     "b/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
+    "--data rows/": "--data laya_fixtures/rows",
+    "--device cuda": "--device cpu",
+    "-n 8": "-n 2",
 }
 
 
@@ -78,6 +85,8 @@ def _kind(command: str) -> str:
         return "pytest"
     if words[:3] == ["python", "-m", "laya_robustness"]:
         return "cli"
+    if words[:2] == ["transformers", "serve"]:
+        return "serve"
     if words[:3] == ["python3", "-m", "venv"] or words[:2] == [".", ".venv/bin/activate"] or words[:2] == ["pip", "install"]:
         return "install"
     return "unknown"
@@ -85,7 +94,7 @@ def _kind(command: str) -> str:
 
 def test_the_docs_show_commands_of_every_kind():
     kinds = {_kind(c) for _, c in DOCUMENTED}
-    assert {"pytest", "cli", "install"} <= kinds, kinds
+    assert {"pytest", "cli", "install", "serve"} <= kinds, kinds
 
 
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "unknown"] or [None],
@@ -134,32 +143,62 @@ def project(tmp_path_factory) -> Path:
     (root / "laya_fixtures").symlink_to(ROOT / "laya_fixtures")
     run = subprocess.run([sys.executable, "-m", "pytest", "robustness_tests", "-q", "-p", "no:randomly",
                           "-p", "no:cacheprovider", "--rows-per-set", "3", "-k", "not (snapshot or benchmark)",
-                          "--families", "option_order,image,text,rephrase,language"],
+                          "--families", "option_order,image,shift,rephrase,language"],
                          cwd=root, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (root / "reports" / "predictions.jsonl.gz").is_file()
     return root
 
 
-@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "pytest"],
-                         ids=lambda x: str(x)[:70])
-def test_a_documented_pytest_command_collects(page, command, project):
-    args = shlex.split(_substituted(command))[1:]
-    run = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q", "-p", "no:cacheprovider"],
-                         cwd=project, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, f"{page}: {command}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
-    assert re.search(r"\d+ tests? collected", run.stdout), run.stdout[-2000:]
+@pytest.fixture(scope="module")
+def causal_lm(tmp_path_factory) -> Path:
+    """The tiny causal language model the ``variants`` commands write with (in place of a hub id)."""
+    from laya_robustness.fixtures.tiny_causal_lm import build_causal_lm
+
+    return build_causal_lm(tmp_path_factory.mktemp("causal-lm"))
 
 
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "cli"],
                          ids=lambda x: str(x)[:70])
-def test_a_documented_project_command_runs(page, command, project, monkeypatch, tmp_path):
+def test_a_documented_project_command_runs(page, command, project, causal_lm, monkeypatch, tmp_path):
     from laya_robustness.__main__ import main
 
     monkeypatch.chdir(project)
     args = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(_substituted(command))[3:]]
-    args = [a for a in args if not (a.startswith("[") or a.endswith("]"))]  # an [optional part] is left out
+    if args[0] == "variants":
+        args = [str(causal_lm) if a == "Qwen/Qwen3-8B" else a for a in args] + ["--rows-per-set", "1"]
     assert main(args) == 0, f"{page}: {command}"
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "serve"],
+                         ids=lambda x: str(x)[:70])
+def test_a_documented_server_starts_and_answers(page, command, tmp_path):
+    from served_parts import free_port, wait_for_health
+
+    words = shlex.split(command)
+    port = words[words.index("--port") + 1]
+    words[words.index("--port") + 1] = str(free_port())
+    words[0] = str(Path(sys.executable).with_name("transformers"))
+    with (tmp_path / "server.log").open("wb") as log:
+        server = subprocess.Popen(words, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_health(server, f"http://127.0.0.1:{words[words.index('--port') + 1]}", tmp_path / "server.log")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert port.isdigit()
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "pytest"],
+                         ids=lambda x: str(x)[:70])
+def test_a_documented_pytest_command_collects(page, command, project, request):
+    command = _substituted(command)
+    if "--endpoint http://127.0.0.1:8000/v1" in command:  # the tests' own server of the embedded checkpoint
+        command = command.replace("http://127.0.0.1:8000/v1", request.getfixturevalue("served_model").url)
+    run = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(command)[1:], "--collect-only", "-q",
+                          "-p", "no:cacheprovider"], cwd=project, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{page}: {command}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+    assert re.search(r"\d+ tests? collected", run.stdout), run.stdout[-2000:]
 
 
 PYTHON = [(page, mark, body) for page, mark, body in _blocks("python")]
