@@ -48,6 +48,20 @@ def _get(url: str, timeout: float = 2.0) -> bytes:
         return reply.read()
 
 
+def wait_for_health(process: subprocess.Popen, base: str, log: Path) -> None:
+    """Until the server at ``base`` answers ``/health`` with ok (RuntimeError when it exits or takes too long)."""
+    deadline = time.time() + START_TIMEOUT_S
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"transformers serve exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if json.loads(_get(base + "/health")).get("status") == "ok":
+                return
+        except (OSError, ValueError):
+            time.sleep(0.5)
+    raise RuntimeError(f"transformers serve did not answer /health within {START_TIMEOUT_S} s")
+
+
 class ServedModel:
     """``transformers serve`` of the embedded checkpoint on 127.0.0.1 (see the module doc)."""
 
@@ -69,18 +83,12 @@ class ServedModel:
         log = (self.log_dir / f"server.{self.starts}.log").open("wb")
         self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        deadline = time.time() + START_TIMEOUT_S
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {self.process.returncode}: "
-                                   f"{(self.log_dir / f'server.{self.starts}.log').read_text()[-2000:]}")
-            try:
-                if json.loads(_get(self.url.removesuffix("/v1") + "/health")).get("status") == "ok":
-                    return self
-            except (OSError, ValueError):
-                time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"transformers serve did not answer /health within {START_TIMEOUT_S} s")
+        try:
+            wait_for_health(self.process, self.url.removesuffix("/v1"), self.log_dir / f"server.{self.starts}.log")
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def kill(self) -> None:
         """SIGKILL, as a crashed server dies (no shutdown, connections cut)."""

@@ -81,7 +81,7 @@ def test_markers_are_registered(gate):
 
 
 def test_gate_passes_writes_reports_and_prints_the_table(gate):
-    result = run(gate, "--families", "option_order,image_shuffle", "-rs")
+    result = run(gate, "--families", "option_order,image_shuffle", "-rs", "-v")
     # 20 question-family modules (orig included) x 2 sets x gpu: 40 skips; their cpu items: 6 pass (orig and the
     # two selected), 34 skip (17 families not selected); the --baseline comparison, one per default family x
     # (cpu, gpu): 48 skips; the slow rotation sweep x 2 sets x (cpu, gpu): 4; 3 lgip modules x (cpu, gpu): 6
@@ -233,7 +233,7 @@ def test_a_model_that_cannot_load_is_a_harness_error_not_a_gate_failure(gate):
 def test_a_bad_option_is_a_usage_error_naming_it(gate, args, words):
     result = run(gate, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*{words}*"])
+    result.stderr.fnmatch_lines([f"*{words}*", f"*type instead, e.g.: pytest robustness_tests {args[0]} *"])
 
 
 def test_a_crash_while_scoring_is_a_harness_error_naming_the_rows_and_model(gate):

@@ -104,7 +104,7 @@ def _run(pytester, *args):
 
 
 def test_gate_prints_progress_every_block_and_writes_the_reports(gate):
-    result = _run(gate, "--families", "option_order,negation")
+    result = _run(gate, "--families", "option_order,negation", "-v")
     out = result.stdout.str()
     # a log (not a terminal): one line per family and set, no carriage returns
     scored = [line for line in out.splitlines() if line.startswith("scored ")]
@@ -125,13 +125,30 @@ def test_gate_prints_progress_every_block_and_writes_the_reports(gate):
     assert 'class="tag fail"' in page and 'id="ex-option_order"' in page and "data:image/png" in page
     md = (gate.path / "reports" / "summary.md").read_text()
     assert "**FAIL** `option_order/colour_choice` max_flip" in md
-    result.stdout.fnmatch_lines(["wrote *report.html", "wrote *summary.md"])
+    result.stdout.fnmatch_lines(["reports in */reports/: *report.html, summary.md*"])
+
+
+def _tail(result, lines: int) -> list[str]:
+    return result.stdout.str().rstrip("\n").splitlines()[-lines:]
+
+
+def test_without_v_the_run_ends_with_what_failed_and_the_verdict_counts(gate):
+    result = _run(gate, "--families", "option_order,negation")
+    out = result.stdout.str()
+    assert "family  dataset" not in out and "[families]" not in out  # the tables are behind -v
+    tail = _tail(result, 15)
+    verdict = next(i for i, line in enumerate(tail) if "robustness gate (cpu): verdict" in line)
+    assert any(line.startswith("FAIL option_order/colour_choice max_flip: ") for line in tail[verdict:]), tail
+    assert any(line.startswith("verdicts: ") and " FAIL" in line for line in tail[verdict:]), tail
+    assert any(line.startswith("reports in ") for line in tail[:verdict]), tail
 
 
 def test_gate_under_q_prints_no_progress(gate):
     result = _run(gate, "--families", "option_order", "-q")
+    out = result.stdout.str()
     assert not [line for line in result.stdout.lines if line.startswith("scored ")]  # no progress line
-    result.stdout.fnmatch_lines(["*robustness gate (cpu)*"])
+    assert "reports in " not in out and "family  dataset" not in out
+    result.stdout.fnmatch_lines(["*robustness gate (cpu): verdict*", "verdicts: *"])
 
 
 def test_a_broken_report_is_a_harness_error_not_a_crash(gate, monkeypatch):

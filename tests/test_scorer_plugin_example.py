@@ -1,4 +1,4 @@
-"""The README's plug-in example is real: it loads through --scorer, meets the contract and its invariances."""
+"""The docs' plug-in example (docs/plugins.md) is real: it loads through --scorer, meets the contract and its invariances."""
 
 import dataclasses
 import re
@@ -12,7 +12,7 @@ from laya_robustness.run.invariance import ConditionNotSupported, InvarianceRun
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
 from laya_robustness.scoring import load_scorer
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def plugin(tmp_path_factory):
 
     import torch
 
-    text = README.read_text()
+    text = PAGE.read_text()
     code = re.search(r"<!-- plugin-example:[^\n]*-->\n```python\n(.*?)```", text, re.S).group(1)
     root = tmp_path_factory.mktemp("plugin")
     (root / "laya_plugin_example.py").write_text(code)

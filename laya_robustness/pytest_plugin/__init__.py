@@ -155,7 +155,9 @@ def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: 
         session.claim_report_dir()
         return
     except ReportDirInUse as exc:
-        status, message = EXIT_USAGE, f"--report-dir: {exc}"
+        status = EXIT_USAGE
+        message = str(options.usage_error("--report-dir", exc, f"--report-dir {session.report_dir}-2 (or wait for it: "
+                                                       "--report-dir-wait 600)"))
     except OSError as exc:
         status = EXIT_USAGE if exc.errno in UNWRITABLE else EXIT_HARNESS
         message = f"--report-dir: cannot write in {session.report_dir}: {exc}"

@@ -166,6 +166,7 @@ class Option:
     help: str
     parse: Callable[[str], Any] = _text
     switch: bool = False  # given alone on the command line (``--resume``); ini: yes / no
+    example: str = ""  # a value to type when one is wrong (default: the default)
 
     @property
     def dest(self) -> str:
@@ -175,14 +176,20 @@ class Option:
     def field(self) -> str:
         return self.flag.lstrip("-").replace("-", "_")
 
+    def typed(self) -> str:
+        """What to type for this option: ``--seed 0``, or the switch alone."""
+        return self.flag if self.switch else f"{self.flag} {self.example or self.default}"
+
 
 OPTIONS = (
-    Option("--model", EMBEDDED_MODEL, "hub id or local directory of the model to gate"),
+    Option("--model", EMBEDDED_MODEL, "hub id or local directory of the model to gate",
+           example="HuggingFaceTB/SmolVLM-256M-Instruct"),
     Option("--data", EMBEDDED_DATA, "JSONL manifest, VLMEvalKit TSV, parquet file, datasets.save_to_disk directory, "
-           "or a directory of them"),
+           "or a directory of them", example="path/to/rows.jsonl"),
     Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)", _int(0)),
     Option("--seed", "0", "seed of row sampling, variants and the bootstrap", _int(0)),
-    Option("--families", ",".join(default_families()), "comma-separated families to score", parse_families),
+    Option("--families", ",".join(default_families()), "comma-separated families to score", parse_families,
+           example="option_order,image"),
     Option("--batch-size", "16", "rows per forward on the batch path", _int(1)),
     Option("--device", "cpu", "device of the tests not marked gpu (gpu-marked tests use cuda)", parse_device),
     Option("--scoring-path", "batch", "how family rows are scored: batch (many rows per forward) or predict "
@@ -271,15 +278,28 @@ def add_options(parser: pytest.Parser) -> None:
         parser.addini(opt.dest, help=opt.help, default=None)
 
 
+def option(flag: str) -> Option:
+    """The declaration of one option."""
+    return next(o for o in OPTIONS if o.flag == flag)
+
+
+def usage_error(flag: str, problem: object, instead: str | None = None) -> pytest.UsageError:
+    """A usage error (exit 4) that names the option and says what to type instead (``instead``, else the
+    option with its example or default)."""
+    typed = instead or option(flag).typed()
+    return pytest.UsageError(f"{flag}: {problem}\n  type instead, e.g.: pytest robustness_tests {typed}"
+                             f"  (`pytest --help` lists every option; the fixes: docs/errors.md)")
+
+
 def default_of(flag: str) -> Any:
     """An option's default, parsed as its value would be (``default_of("--batch-size")`` is 16)."""
-    opt = next(o for o in OPTIONS if o.flag == flag)
+    opt = option(flag)
     return opt.parse(opt.default)
 
 
 def get(config: pytest.Config, flag: str) -> str:
     """An option's raw value: the command line, else the ini file, else its default."""
-    opt = next(o for o in OPTIONS if o.flag == flag)
+    opt = option(flag)
     value = config.getoption(opt.dest)
     if value is None:
         value = config.getini(opt.dest)
@@ -295,8 +315,8 @@ def given(config: pytest.Config, flag: str) -> bool:
 def check_served(values: dict) -> None:
     """The options a served model needs: ``--endpoint`` (a usage error naming it otherwise)."""
     if values["endpoint"] is None:
-        raise pytest.UsageError(f"--endpoint: --scorer {SERVED_SCORER} needs the server's base URL, e.g. "
-                                "--endpoint http://127.0.0.1:8000/v1")
+        raise usage_error("--endpoint", f"--scorer {SERVED_SCORER} needs the server's base URL",
+                          f"--scorer {SERVED_SCORER} --endpoint http://127.0.0.1:8000/v1")
 
 
 def resolve(config: pytest.Config, text: str) -> Path:
@@ -360,7 +380,8 @@ def check_executor(config: pytest.Config, values: dict) -> None:
     if values["executor"] == "local":
         for opt in OPTIONS:
             if opt.flag.startswith("--ray-") and config.getoption(opt.dest) is not None:
-                raise pytest.UsageError(f"{opt.flag}: only --executor ray uses it (the executor is local)")
+                raise usage_error(opt.flag, "only --executor ray uses it (the executor is local)",
+                                  f"--executor ray {opt.typed()}")
         return
     if not ray_installed():
         raise pytest.UsageError(f"--executor ray: Ray is not installed; {INSTALL_HINT}")
@@ -378,7 +399,7 @@ def read_settings(config: pytest.Config) -> Settings:
         try:
             values[opt.field] = opt.parse(raw)
         except ValueError as exc:
-            raise pytest.UsageError(f"{opt.flag}: {exc}") from None
+            raise usage_error(opt.flag, exc) from None
     check_executor(config, values)
     model_name = values.pop("model")
     served = values["scorer"] == SERVED_SCORER

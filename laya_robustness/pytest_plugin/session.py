@@ -23,7 +23,7 @@ from laya_robustness.loaders import LoadSettings
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.predictions import PredictionError, read_predictions
 from laya_robustness.pytest_plugin import outcomes
-from laya_robustness.pytest_plugin.options import AUTO_MODEL, read_settings, resolve
+from laya_robustness.pytest_plugin.options import AUTO_MODEL, read_settings, resolve, usage_error
 from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.records import ORIG, Record
 from laya_robustness.rows import RowError
@@ -342,11 +342,14 @@ class RobustnessSession:
             try:
                 rows = source_rows(spec, self.images)
             except (RowError, FileNotFoundError) as exc:
-                raise pytest.UsageError(f"--data: {exc}") from exc
+                raise usage_error("--data", exc) from exc
             try:
                 self._rows = with_user_variants(rows, spec)
             except (RowError, FileNotFoundError) as exc:
-                raise pytest.UsageError(f"--rephrasings / --translations: {exc}") from exc
+                flag = "--translations" if spec.rephrasings is None else "--rephrasings"
+                if spec.rephrasings is not None and spec.translations is not None:
+                    flag = "--translations" if str(spec.translations) in str(exc) else flag
+                raise usage_error(flag, exc) from exc
         return self._rows
 
     @property
@@ -364,7 +367,7 @@ class RobustnessSession:
             try:
                 self._caption_rows = caption_rows(self.inputs)
             except (RowError, FileNotFoundError) as exc:
-                raise pytest.UsageError(f"--captions: {exc}") from exc
+                raise usage_error("--captions", exc) from exc
         return self._caption_rows
 
     def rows_of(self, family: str) -> dict:
@@ -405,7 +408,8 @@ class RobustnessSession:
                 self._thresholds = run_limits(self.settings.thresholds, datasets=[*self.datasets, *self.caption_rows],
                                               conditions=INVARIANCE_CONDITIONS, limitations=self.settings.limitations)
             except ThresholdsError as exc:
-                raise pytest.UsageError(str(exc)) from exc
+                raise pytest.UsageError(f"{exc}\n  edit that key of the file (the checks and their ranges: "
+                                        "docs/verdicts.md; the fixes: docs/errors.md)") from exc
         return self._thresholds
 
     # -- scoring --------------------------------------------------------------------------------
@@ -597,7 +601,7 @@ class RobustnessSession:
             try:
                 self._baseline = read_predictions(self.settings.baseline)
             except (PredictionError, OSError) as exc:
-                raise pytest.UsageError(f"--baseline: {exc}") from exc
+                raise usage_error("--baseline", exc) from exc
         return self._baseline
 
     def check_regression(self, family: str, device: str) -> None:

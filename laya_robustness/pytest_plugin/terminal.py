@@ -1,5 +1,6 @@
-"""The terminal header and summary: per summary block, one row per (family, dataset) with its headline numbers
-and checks, and the language-model tokens the scorers computed.
+"""The terminal header and summary, verdict last: what the report covers; with ``-v`` the long tables (per summary
+block one row per (family, dataset) with its headline numbers and checks); the language-model tokens the scorers
+computed; then the failed and newly passing checks and the verdict counts.
 
 Every block of the summary appears (the flat table and every extension block), its columns and
 families derived from the declarations (``laya_robustness.report.cells``). Tables fit in ``WIDTH``
@@ -9,16 +10,21 @@ and a block that still does not fit drops its intervals.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from laya_robustness.report.cells import (
+    FAIL,
     MARKS,
     NO_CHECK,
     UNCHECKED,
+    XPASS,
     cell_rows,
     cell_verdicts,
     columns_of,
     delta_text,
     invariance_verdicts,
     probability_lines,
+    problems,
     summary_blocks,
     text_rows,
     verdict_line,
@@ -106,6 +112,8 @@ def scope_lines(scopes: dict) -> list[tuple[str, bool]]:
     """``(line, complete)`` per device: what its report covers (``laya_robustness.run.scope``)."""
     return [(f"laya-robustness covered ({device}): {scope.covered}", scope.complete)
             for device, scope in sorted(scopes.items())]
+
+
 def prefix_sharing_line(settings) -> str | None:
     """How the hf scorer will share the model's image prefixes (read from its config before it loads), or None for
     a plug-in scorer or an architecture without an adapter."""
@@ -129,7 +137,48 @@ def token_lines(stats: dict[str, dict]) -> list[str]:
     return lines
 
 
+def problem_lines(verdicts: dict) -> list[str]:
+    """One line per failed check and per known limitation that now passes, with its numbers."""
+    lines = []
+    for status, family, dataset, check in problems(verdicts):
+        todo = " (a known limitation that now passes: remove it from the limitations file)" if status == XPASS else ""
+        lines.append(f"{MARKS[status]} {family}/{dataset} {check.check}: {check.detail}{todo}")
+    return lines
+
+
+def verdict_lines(session, device: str, verbose: bool) -> list[str]:
+    """The verdict of one device: what failed or newly passes, the counts, and where the detail is."""
+    verdicts = _verdicts(session.results, device, session.thresholds.known_limitation)
+    summary = session.summaries.get(device) or {}
+    lines = [*problem_lines(verdicts), *probability_lines(summary), f"verdicts: {verdict_line(verdicts)}"]
+    power = power_lines(session.results)
+    if power and not verbose:
+        lines.append(f"{len(power)} interval-judged checks have too few rows to tell a 5-point change from none "
+                     "(`pytest -v` lists them)")
+    return lines
+
+
+def detail_lines(session) -> list[tuple[str, list[str]]]:
+    """The long tables, each under its heading: invariance conditions, every summary block, the power lines."""
+    known = session.thresholds.known_limitation
+    sections = []
+    for device, conditions in sorted(session.invariance_results.items()):
+        verdicts = invariance_verdicts(_verdicts(session.results, device, known))
+        sections.append((f"invariance ({device}): each condition vs its own path's reference",
+                         invariance_lines(conditions, verdicts)))
+    for device, summary in sorted(session.summaries.items()):
+        sections.append((f"robustness gate ({device}): headline [95% CI] per family and dataset, checks",
+                         table_lines(summary, session.results, device, known)))
+    power = power_lines(session.results)
+    if power:
+        sections.append(("too few rows to tell a 5-point change from none at the gate's error rate", power))
+    return sections
+
+
 def write_summary(reporter, session) -> None:
+    """The end of a run, verdict last: what each report covers, errors; the long tables only with ``-v``; the
+    token counts; the snapshot; where the reports are; then per device the failed and newly passing checks and
+    the verdict counts. ``-q`` leaves out the snapshot match and the reports line."""
     for line, complete in scope_lines(session.scopes):
         reporter.write_line(line, green=complete, yellow=not complete)
     if session.start_error is not None:
@@ -141,32 +190,26 @@ def write_summary(reporter, session) -> None:
         reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
     if not session.records and not session.invariance_results:
         return
-    known = session.thresholds.known_limitation
-    for device, conditions in sorted(session.invariance_results.items()):
-        reporter.write_sep("=", f"invariance ({device}): each condition vs its own path's reference")
-        for line in invariance_lines(conditions, invariance_verdicts(_verdicts(session.results, device, known))):
-            reporter.write_line(line)
-    for device, summary in sorted(session.summaries.items()):
-        reporter.write_sep("=", f"robustness gate ({device}): headline [95% CI] per family and dataset, checks")
-        for line in table_lines(summary, session.results, device, known):
-            reporter.write_line(line)
+    verbosity = reporter.config.getoption("verbose", 0)
+    if verbosity > 0:
+        for title, lines in detail_lines(session):
+            reporter.write_sep("=", title)
+            for line in lines:
+                reporter.write_line(line)
     for line in token_lines(session.scorer_stats()):
         reporter.write_line(line)
-    power = power_lines(session.results)
-    if power:
-        reporter.write_sep("-", "too few rows to tell a 5-point change from none at the gate's error rate")
-        for line in power:
-            reporter.write_line(line)
     for outcome in getattr(session, "snapshot_outcomes", []):
         if outcome.matches:
-            reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name} (compared on the controller)")
+            if verbosity >= 0:
+                reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name}")
             continue
         reporter.write_sep("-", f"summary snapshot ({outcome.device}) DIFFERS from {outcome.name}", red=True)
         for line in outcome.diff.splitlines():
             reporter.write_line(line)
         reporter.write_line("review the change; accept it with `pytest robustness_tests --snapshot-update` (-n 0)")
-    for path in getattr(session, "written", []):
-        reporter.write_line(f"wrote {path}")
+    written = getattr(session, "written", [])
+    if written and verbosity >= 0:
+        reporter.write_line(written_line(written))
     if session.incomplete_reason:
         kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
             if session.kept_previous_report else ""
@@ -175,3 +218,16 @@ def write_summary(reporter, session) -> None:
         advice = f"rerun without {', '.join(narrowed)} to judge every cell (--resume reuses what this run scored)" \
             if narrowed else "rerun with --resume to finish it"
         reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; {advice}", yellow=True)
+    for device in sorted(set(session.summaries) | set(session.invariance_results)):
+        reporter.write_sep("=", f"robustness gate ({device}): verdict")
+        for line in verdict_lines(session, device, verbosity > 0):
+            failing = line.startswith(MARKS[FAIL]) or line.startswith(MARKS[XPASS])
+            reporter.write_line(line, red=failing)
+
+
+def written_line(paths: list) -> str:
+    """``reports: summary.md, report.html, ... in reports/ (the tables: pytest -v or summary.md)``."""
+    folders = sorted({str(Path(p).parent) for p in paths})
+    names = ", ".join(Path(p).name for p in paths)
+    where = folders[0] if len(folders) == 1 else ", ".join(folders)
+    return f"reports in {where}/: {names} (the tables per family and dataset: summary.md, report.html, pytest -v)"

@@ -225,11 +225,21 @@ class CellRow:
     verdict: CellVerdict
 
 
+def caption_datasets(summary: Mapping[str, Any]) -> set[str]:
+    """The datasets of caption rows: those a caption-sourced family (a dual-encoder probe) reports."""
+    probes = {f.name for f in declared() if f.source == "captions"}
+    return {d for b in summary_blocks(summary) for f, cells in summary[b].items() if f in probes for d in cells}
+
+
 def cell_rows(summary: Mapping[str, Any], verdicts: Mapping[tuple[str, str], CellVerdict], block: str) -> list[CellRow]:
-    """The rows of one block: families in declaration order, datasets sorted."""
+    """The rows of one block: families in declaration order, datasets sorted. A question family's cell on
+    caption rows (``orig`` counts them for a dual encoder) is left out unless a limit was checked on it."""
     present = summary.get(block) or {}
-    return [CellRow(block, f, d, present[f][d], verdicts.get((f, d), NO_CHECK))
+    captions = caption_datasets(summary)
+    probes = {f.name for f in declared() if f.source == "captions"}
+    rows = [CellRow(block, f, d, present[f][d], verdicts.get((f, d), NO_CHECK))
             for f in families_of(summary, block) for d in sorted(present[f])]
+    return [r for r in rows if r.family in probes or r.dataset not in captions or r.verdict.outcome != UNCHECKED]
 
 
 def outcome_counts(verdicts: Mapping[tuple[str, str], CellVerdict]) -> dict[str, int]:
@@ -263,6 +273,13 @@ def text_rows(rows: Sequence[CellRow], columns: Sequence[str], intervals: Iterab
         out.append([r.family, r.dataset, *[value_text(r.cell, k, r.family, k in shown) for k in columns],
                     r.verdict.short()])
     return out
+
+
+def problems(verdicts: Mapping[tuple[str, str], CellVerdict]) -> list[tuple[str, str, str, CheckMark]]:
+    """The checks a reader must act on, sorted: (status, family, dataset, check) for every failed check and
+    every known limitation that now passes (xpass)."""
+    return [(c.status, family, dataset, c) for (family, dataset), v in sorted(verdicts.items())
+            for c in v.checks if c.status in (FAIL, XPASS)]
 
 
 def invariance_verdicts(verdicts: Mapping[tuple[str, str], CellVerdict]) -> dict[str, CellVerdict]:

@@ -17,9 +17,11 @@ from laya_robustness.report.cells import (
     UNCHECKED,
     XFAIL,
     XPASS,
+    cell_rows,
     columns_of,
     families_of,
     probability_lines,
+    problems,
     value_text,
     verdict_line,
     summary_blocks,
@@ -42,13 +44,14 @@ def block_table(report: Report, block: str) -> str:
     """Rows: families; columns: datasets; cells: ``acc / delta / flip ok``."""
     summary = report.summary
     columns = columns_of(summary, block)
-    datasets = sorted({d for f in summary[block].values() for d in f})
+    shown = {(r.family, r.dataset) for r in cell_rows(summary, report.verdicts, block)}
+    datasets = sorted({d for _, d in shown})
     lines = [f"| family ({' / '.join(columns)}) | " + " | ".join(_pipe(d) for d in datasets) + " |",
              "|---" * (len(datasets) + 1) + "|"]
     for family in families_of(summary, block):
         cells = []
         for d in datasets:
-            cell = summary[block][family].get(d)
+            cell = summary[block][family].get(d) if (family, d) in shown else None
             if cell is None:
                 cells.append("")
                 continue
@@ -61,11 +64,9 @@ def block_table(report: Report, block: str) -> str:
 
 def _problems(report: Report) -> list[str]:
     out = []
-    for (family, dataset), v in sorted(report.verdicts.items()):
-        for c in v.checks:
-            if c.status in (FAIL, XPASS):
-                extra = " (a known limitation that now passes: update the limits file)" if c.status == XPASS else ""
-                out.append(f"- **{MARKS[c.status]}** `{family}/{dataset}` {c.check}: {c.detail}{extra}")
+    for status, family, dataset, c in problems(report.verdicts):
+        extra = " (a known limitation that now passes: update the limits file)" if status == XPASS else ""
+        out.append(f"- **{MARKS[status]}** `{family}/{dataset}` {c.check}: {c.detail}{extra}")
     return out
 
 

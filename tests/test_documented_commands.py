@@ -1,0 +1,215 @@
+"""Every command and Python example the README and the docs show is run, so none can drift from the code.
+
+A fenced ``bash`` block is split into commands (``\\`` continuations joined, ``&&`` chains split, comments
+dropped) and each goes to the runner of its first words:
+
+- ``pytest ...``: run in a copy of the project up to collection (``--collect-only``), where every option,
+  data file and limits file is read and checked, so a documented command that would stop with a usage error
+  fails here; the full gate run is the README's test command, which CI runs.
+- ``python -m laya_robustness ...``: run in full, in process, on the reports of a small gate run (in the
+  order the pages show them: the ``variants`` commands write the files a later gate command reads).
+- ``transformers serve ...``: started for real on a free port of 127.0.0.1, waited for until it answers,
+  and stopped; the gate command against a served model collects against the tests' own server.
+- installation (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``): what ``.ci/run`` does
+  from scratch on every landing; here each package or extra named must be one it installs.
+- a command no runner knows fails the test: a new kind of documented command needs its runner.
+
+A ``python`` block is executed as written, in a fresh interpreter from the project root; a block marked
+``<!-- plugin-example: ... -->`` is a module the plug-in tests import (``tests/test_scorer_plugin_example.py``).
+What a reader replaces (``path/to/rows``, a hub id) is replaced by the embedded fixtures, and what this
+machine lacks (a GPU, eight of them) by what it has (``PLACEHOLDERS``); a ``variants`` command gets
+``--rows-per-set 1`` (the tiny language model writes for 5 rows, not 1,200).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(?:<!-- (?P<mark>[\w-]+)[^>]*-->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
+#: What a reader types in place of a placeholder, here: the embedded fixtures.
+PLACEHOLDERS = {
+    "HuggingFaceTB/SmolVLM-256M-Instruct": "laya_fixtures/tiny-smolvlm",
+    "path/to/rows.jsonl": "laya_fixtures/rows",
+    "path/to/rows": "laya_fixtures/rows",
+    "old/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
+    "a/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
+    "b/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
+    "--data rows/": "--data laya_fixtures/rows",
+    "--device cuda": "--device cpu",
+    "-n 8": "-n 2",
+}
+
+
+def _blocks(lang: str) -> list[tuple[str, str, str]]:
+    """(page name, the mark before the block, body) of every ``lang`` block."""
+    out = []
+    for page in PAGES:
+        for m in BLOCK.finditer(page.read_text(encoding="utf-8")):
+            if m.group("lang") == lang:
+                out.append((page.relative_to(ROOT).as_posix(), m.group("mark") or "", m.group("body")))
+    return out
+
+
+def commands(body: str) -> list[str]:
+    """The commands of a shell block: continuations joined, comments dropped, ``&&`` chains split."""
+    text = re.sub(r"\\\n\s*", " ", body)
+    out = []
+    for line in text.splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()
+        out += [part.strip() for part in line.split("&&") if part.strip()]
+    return out
+
+
+def _substituted(command: str) -> str:
+    for placeholder, value in PLACEHOLDERS.items():
+        command = command.replace(placeholder, value)
+    return command
+
+
+DOCUMENTED = [(page, c) for page, _, body in _blocks("bash") for c in commands(body)]
+
+
+def _kind(command: str) -> str:
+    words = shlex.split(command)
+    if words[0] == "pytest":
+        return "pytest"
+    if words[:3] == ["python", "-m", "laya_robustness"]:
+        return "cli"
+    if words[:2] == ["transformers", "serve"]:
+        return "serve"
+    if words[:3] == ["python3", "-m", "venv"] or words[:2] == [".", ".venv/bin/activate"] or words[:2] == ["pip", "install"]:
+        return "install"
+    return "unknown"
+
+
+def test_the_docs_show_commands_of_every_kind():
+    kinds = {_kind(c) for _, c in DOCUMENTED}
+    assert {"pytest", "cli", "install", "serve"} <= kinds, kinds
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "unknown"] or [None],
+                         ids=lambda x: str(x)[:60])
+def test_every_documented_command_has_a_runner(page, command):
+    if page is None:
+        return
+    pytest.fail(f"{page}: no runner for the documented command {command!r}; add one to {Path(__file__).name}")
+
+
+def _ci_installs() -> tuple[str, set[str]]:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    test_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return ci, set(test_extra)
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "install"],
+                         ids=lambda x: str(x)[:60])
+def test_an_install_step_is_one_ci_takes_from_scratch(page, command):
+    ci, extras = _ci_installs()
+    words = shlex.split(command)
+    if words[0] != "pip":
+        assert command in ci or words[:3] == ["python3", "-m", "venv"] and "python3 -m venv .venv" in ci, command
+        return
+    for spec in words[2:]:
+        if spec.startswith("-"):
+            continue
+        named = re.fullmatch(r"\.\[([\w,-]+)\]", spec)
+        if named:
+            unknown = set(named.group(1).split(",")) - extras
+            assert not unknown, f"{page}: {command!r} names extras {unknown} pyproject.toml does not declare"
+            assert '-e ".[test]"' in ci
+        else:
+            assert f'"{spec}"' in ci or f" {spec}" in ci, f"{page}: .ci/run does not install {spec!r}"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A copy of the gate (its tests, limits and snapshots) with the embedded fixtures linked in, and the
+    reports of a small run of it under ``reports/``."""
+    root = tmp_path_factory.mktemp("project")
+    shutil.copytree(ROOT / "robustness_tests", root / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("thresholds.toml", "pyproject.toml"):
+        shutil.copy(ROOT / name, root / name)
+    (root / "laya_fixtures").symlink_to(ROOT / "laya_fixtures")
+    run = subprocess.run([sys.executable, "-m", "pytest", "robustness_tests", "-q", "-p", "no:randomly",
+                          "-p", "no:cacheprovider", "--rows-per-set", "3", "-k", "not (snapshot or benchmark)",
+                          "--families", "option_order,image,shift,rephrase,language"],
+                         cwd=root, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (root / "reports" / "predictions.jsonl.gz").is_file()
+    return root
+
+
+@pytest.fixture(scope="module")
+def causal_lm(tmp_path_factory) -> Path:
+    """The tiny causal language model the ``variants`` commands write with (in place of a hub id)."""
+    from laya_robustness.fixtures.tiny_causal_lm import build_causal_lm
+
+    return build_causal_lm(tmp_path_factory.mktemp("causal-lm"))
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "cli"],
+                         ids=lambda x: str(x)[:70])
+def test_a_documented_project_command_runs(page, command, project, causal_lm, monkeypatch, tmp_path):
+    from laya_robustness.__main__ import main
+
+    monkeypatch.chdir(project)
+    args = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(_substituted(command))[3:]]
+    if args[0] == "variants":
+        args = [str(causal_lm) if a == "Qwen/Qwen3-8B" else a for a in args] + ["--rows-per-set", "1"]
+    assert main(args) == 0, f"{page}: {command}"
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "serve"],
+                         ids=lambda x: str(x)[:70])
+def test_a_documented_server_starts_and_answers(page, command, tmp_path):
+    from served_parts import free_port, wait_for_health
+
+    words = shlex.split(command)
+    port = words[words.index("--port") + 1]
+    words[words.index("--port") + 1] = str(free_port())
+    words[0] = str(Path(sys.executable).with_name("transformers"))
+    with (tmp_path / "server.log").open("wb") as log:
+        server = subprocess.Popen(words, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_health(server, f"http://127.0.0.1:{words[words.index('--port') + 1]}", tmp_path / "server.log")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert port.isdigit()
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "pytest"],
+                         ids=lambda x: str(x)[:70])
+def test_a_documented_pytest_command_collects(page, command, project, request):
+    command = _substituted(command)
+    if "--endpoint http://127.0.0.1:8000/v1" in command:  # the tests' own server of the embedded checkpoint
+        command = command.replace("http://127.0.0.1:8000/v1", request.getfixturevalue("served_model").url)
+    run = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(command)[1:], "--collect-only", "-q",
+                          "-p", "no:cacheprovider"], cwd=project, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{page}: {command}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
+    assert re.search(r"\d+ tests? collected", run.stdout), run.stdout[-2000:]
+
+
+PYTHON = [(page, mark, body) for page, mark, body in _blocks("python")]
+
+
+@pytest.mark.parametrize("page, mark, body", PYTHON, ids=lambda x: str(x)[:40])
+def test_a_documented_python_example_runs(page, mark, body, tmp_path):
+    if mark == "plugin-example":
+        assert "plugin-example" in (ROOT / "tests" / "test_scorer_plugin_example.py").read_text()
+        return
+    script = tmp_path / "example.py"
+    script.write_text(body)
+    run = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"{page}:\n{body}\n{run.stderr[-2000:]}"
