@@ -41,9 +41,6 @@ PLACEHOLDERS = {
     "HuggingFaceTB/SmolVLM-256M-Instruct": "laya_fixtures/tiny-smolvlm",
     "path/to/rows.jsonl": "laya_fixtures/rows",
     "path/to/rows": "laya_fixtures/rows",
-    "old/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
-    "a/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
-    "b/predictions.jsonl.gz": "reports/predictions.jsonl.gz",
     "--data rows/": "--data laya_fixtures/rows",
     "--device cuda": "--device cpu",
     "-n 8": "-n 2",
@@ -97,12 +94,9 @@ def test_the_docs_show_commands_of_every_kind():
     assert {"pytest", "cli", "install", "serve"} <= kinds, kinds
 
 
-@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "unknown"] or [None],
-                         ids=lambda x: str(x)[:60])
-def test_every_documented_command_has_a_runner(page, command):
-    if page is None:
-        return
-    pytest.fail(f"{page}: no runner for the documented command {command!r}; add one to {Path(__file__).name}")
+def test_every_documented_command_has_a_runner():
+    unknown = [f"{page}: {command}" for page, command in DOCUMENTED if _kind(command) == "unknown"]
+    assert not unknown, f"no runner for these documented commands (add one to {Path(__file__).name}): {unknown}"
 
 
 def _ci_installs() -> tuple[str, set[str]]:
@@ -133,8 +127,8 @@ def test_an_install_step_is_one_ci_takes_from_scratch(page, command):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """A copy of the gate (its tests, limits and snapshots) with the embedded fixtures linked in, and the
-    reports of a small run of it under ``reports/``."""
+    """A copy of the gate (its tests, limits and snapshots) with the embedded fixtures linked in, the reports
+    of a small run of it under ``reports/``, and its predictions under ``old/``, ``a/`` and ``b/``."""
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(ROOT / "robustness_tests", root / "robustness_tests",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -145,8 +139,10 @@ def project(tmp_path_factory) -> Path:
                           "-p", "no:cacheprovider", "--rows-per-set", "3", "-k", "not (snapshot or benchmark)",
                           "--families", "option_order,image,shift,rephrase,language"],
                          cwd=root, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert (root / "reports" / "predictions.jsonl.gz").is_file()
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]  # 3 rows per set may cross a limit
+    for other in ("old", "a", "b"):  # an earlier release and two models, as the pages name them: copies of it
+        (root / other).mkdir()
+        shutil.copy(root / "reports" / "predictions.jsonl.gz", root / other / "predictions.jsonl.gz")
     return root
 
 
