@@ -45,6 +45,8 @@ def make_gate(pytester, monkeypatch, limits: str):
     (pytester.path / "limits.toml").write_text(limits)
     monkeypatch.syspath_prepend(str(TESTS))
     monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)  # run under xdist, the gate's own runs are not xdist workers
     return pytester
 
 
@@ -299,9 +301,9 @@ def test_a_family_from_an_installed_package_is_scored_gated_and_reported(gate, m
     result = run(gate, *args, "--co", "-q", subprocess=True)
     result.stdout.fnmatch_lines(["*test_families.py::test_grayscale[[]colour_choice-cpu[]]",
                                  "*test_families.py::test_grayscale[[]exists_yesno-cpu[]]"])
-    result = run(gate, *args, subprocess=True)
+    result = run(gate, *args, "-v", subprocess=True)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    result.stdout.fnmatch_lines(["*grayscale*colour_choice*ok*"])  # a row of the terminal table
+    result.stdout.fnmatch_lines(["*grayscale*colour_choice*ok*"])  # a row of the terminal table (-v)
     assert "grayscale" in (gate.path / "reports" / "report.html").read_text()
     assert "grayscale" in (gate.path / "reports" / "summary.md").read_text()
     checks = json.loads((gate.path / "reports" / "checks.json").read_text())["results"]

@@ -135,10 +135,10 @@ def _same_reports(folder: Path, other: Path) -> None:
 
 
 def test_a_ray_run_reports_what_a_local_run_does(project, local, ray_head):
-    status, out = gate_run(project, *FAKE_RUN, "--report-dir", "ray", "--executor", "ray", "--ray-address", ray_head,
-                           job=job_env())
+    status, out = gate_run(project, *FAKE_RUN, "-v", "--report-dir", "ray", "--executor", "ray", "--ray-address",
+                           ray_head, job=job_env())
     assert status == 0, out
-    for line in ("robustness gate (cpu)", "orig ", "option_order "):
+    for line in ("robustness gate (cpu)", "orig ", "option_order "):  # the tables of -v
         assert line in out
     _same_reports(project / "ray", local)
     assert (project / "ray" / "report.html").stat().st_size > 0

@@ -127,13 +127,11 @@ def test_a_killed_server_stops_the_run_and_resume_finishes_it_with_the_same_pred
     while time.time() < deadline and sum(1 for f in journal.glob("*.jsonl") for _ in f.open()) < 30:
         time.sleep(0.2)
     served_model.kill()
-    killed_at = time.time()
     try:
         out, _ = run.communicate(timeout=300)
     finally:
         served_model.start()  # the same port: the restarted server (the later tests use it too)
     assert run.returncode == 3, out[-4000:]
-    assert time.time() - killed_at < 120  # the retries run out once, then the run stops
     assert f"the endpoint {served_model.url} does not answer" in out and "HARNESS ERROR" in out
     journaled = {json.loads(line)["key"] for f in journal.glob("*.jsonl") for line in f.open()}
     summary = json.loads((reports / "summary.json").read_text())

@@ -201,7 +201,8 @@ def write_summary(reporter, session) -> None:
     for outcome in getattr(session, "snapshot_outcomes", []):
         if outcome.matches:
             if verbosity >= 0:
-                reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name}")
+                reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name} "
+                                    "(compared on the controller)")
             continue
         reporter.write_sep("-", f"summary snapshot ({outcome.device}) DIFFERS from {outcome.name}", red=True)
         for line in outcome.diff.splitlines():

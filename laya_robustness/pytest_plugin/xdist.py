@@ -7,14 +7,15 @@ A dataset's family tests all need its orig records; spread over workers, each wo
 the orig rows again. ``DatasetScheduling`` is xdist's ``--dist loadscope`` with the dataset as the
 scope: a test whose parameters name a dataset (``test_shift[colour_choice-cpu]``) joins that
 dataset's unit of work; every other test (invariance, benchmarks, the snapshot, the --baseline
-comparisons) is a unit of its own, load-balanced. It is what ``-n N`` uses unless ``--dist`` is
+comparisons, a project's own tests) joins its module's, so what a module shares (the invariance
+references, a module-scoped server) is made once. It is what ``-n N`` uses unless ``--dist`` is
 given. (xdist's own ``loadgroup`` would do the same from ``xdist_group`` marks, but on pytest 9 it
 cannot rename the test ids it groups by.)
 
 >>> dataset_scope("robustness_tests/test_shift.py::test_shift[count_choice-gpu]", ["colour_choice", "count_choice"])
 'dataset:count_choice'
 >>> dataset_scope("robustness_tests/test_invariance.py::test_invariance[cpu-hostile]", ["colour_choice"])
-'robustness_tests/test_invariance.py::test_invariance[cpu-hostile]'
+'robustness_tests/test_invariance.py'
 """
 
 from __future__ import annotations
@@ -32,15 +33,16 @@ PAYLOAD_KEY = "laya_robustness"
 
 def dataset_scope(nodeid: str, datasets: Sequence[str]) -> str:
     """``dataset:<name>`` when one of the test's parameters is a dataset's name (the longest that fits),
-    else the test id itself."""
+    else the test's module."""
+    module = nodeid.split("::", 1)[0]
     _, bracket, params = nodeid.partition("[")
     if not bracket:
-        return nodeid
+        return module
     params = params.removesuffix("]")
     for name in sorted(datasets, key=len, reverse=True):
         if params == name or params.startswith(f"{name}-") or params.endswith(f"-{name}") or f"-{name}-" in params:
             return f"dataset:{name}"
-    return nodeid
+    return module
 
 
 class DatasetScheduling(LoadScopeScheduling):
