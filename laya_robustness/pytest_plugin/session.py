@@ -53,6 +53,12 @@ GPU_DEVICE = "cuda"
 RUN_KEY = "laya_run"
 
 
+def reported_condition(condition: str, source: str) -> str:
+    """The name an invariance condition is reported under: its own for the question model, ``dual:<condition>``
+    for the dual encoder (in invariance.json and checks.json alike)."""
+    return condition if source == "rows" else f"{DUAL_PREFIX}{condition}"
+
+
 class RobustnessSession:
     """Loads what a gate run needs once per process and scores each (family, dataset, device) once."""
 
@@ -346,9 +352,9 @@ class RobustnessSession:
             try:
                 self._rows = with_user_variants(rows, spec)
             except (RowError, FileNotFoundError) as exc:
-                flag = "--translations" if spec.rephrasings is None else "--rephrasings"
-                if spec.rephrasings is not None and spec.translations is not None:
-                    flag = "--translations" if str(spec.translations) in str(exc) else flag
+                bad = str(getattr(exc, "path", None) or getattr(exc, "filename", None))  # the file it names
+                translations = spec.rephrasings is None or bad == str(spec.translations)
+                flag = "--translations" if translations else "--rephrasings"
                 raise usage_error(flag, exc) from exc
         return self._rows
 
@@ -554,8 +560,7 @@ class RobustnessSession:
         except Exception as exc:
             raise self.harness_error(f"invariance condition {condition} on {device} with model "
                                      f"{self.settings.model!r} failed: {type(exc).__name__}: {exc}") from exc
-        name = condition if source == "rows" else f"{DUAL_PREFIX}{condition}"
-        self.invariance_results.setdefault(device, {})[name] = stats
+        self.invariance_results.setdefault(device, {})[reported_condition(condition, source)] = stats
         return stats
 
     def check_invariance(self, condition: str, device: str, source: str = "rows") -> None:
@@ -566,8 +571,7 @@ class RobustnessSession:
         if not limits:
             pytest.skip(f"scored; the limits set none in [invariance.{section}]")
         results = evaluate_invariance(condition, stats, limits)
-        if source == "captions":  # the dual encoder's results under their own name, as in invariance.json
-            results = [replace(r, dataset=f"{DUAL_PREFIX}{condition}") for r in results]
+        results = [replace(r, dataset=reported_condition(condition, source)) for r in results]
         self.results += [{**asdict(r), "device": device} for r in results]
         outcomes.invariance_outcome(results, stats)
 
