@@ -23,9 +23,11 @@ machine lacks (a GPU, eight of them) by what it has (``PLACEHOLDERS``); a ``vari
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -179,9 +181,13 @@ def test_a_documented_server_starts_and_answers(page, command, tmp_path):
         server = subprocess.Popen(words, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for_health(server, f"http://127.0.0.1:{words[words.index('--port') + 1]}", tmp_path / "server.log")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    finally:  # its whole process group, by its id, whatever the test's outcome
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
     assert port.isdigit()
 
 
