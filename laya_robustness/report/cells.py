@@ -225,9 +225,14 @@ class CellRow:
     verdict: CellVerdict
 
 
+def caption_families() -> set[str]:
+    """The families built from caption rows (the dual-encoder probes)."""
+    return {f.name for f in declared() if f.source == "captions"}
+
+
 def caption_datasets(summary: Mapping[str, Any]) -> set[str]:
-    """The datasets of caption rows: those a caption-sourced family (a dual-encoder probe) reports."""
-    probes = {f.name for f in declared() if f.source == "captions"}
+    """The datasets of caption rows: those a caption-sourced family reports."""
+    probes = caption_families()
     return {d for b in summary_blocks(summary) for f, cells in summary[b].items() if f in probes for d in cells}
 
 
@@ -235,8 +240,7 @@ def cell_rows(summary: Mapping[str, Any], verdicts: Mapping[tuple[str, str], Cel
     """The rows of one block: families in declaration order, datasets sorted. A question family's cell on
     caption rows (``orig`` counts them for a dual encoder) is left out unless a limit was checked on it."""
     present = summary.get(block) or {}
-    captions = caption_datasets(summary)
-    probes = {f.name for f in declared() if f.source == "captions"}
+    captions, probes = caption_datasets(summary), caption_families()
     rows = [CellRow(block, f, d, present[f][d], verdicts.get((f, d), NO_CHECK))
             for f in families_of(summary, block) for d in sorted(present[f])]
     return [r for r in rows if r.family in probes or r.dataset not in captions or r.verdict.outcome != UNCHECKED]
