@@ -129,7 +129,10 @@ def test_gate_prints_progress_every_block_and_writes_the_reports(gate):
 
 
 def _tail(result, lines: int) -> list[str]:
-    return result.stdout.str().rstrip("\n").splitlines()[-lines:]
+    """The last ``lines`` lines of the gate's own summary: up to pytest's short test summary (whose failure
+    messages pytest prints in full where ``CI`` is set)."""
+    out = result.stdout.str().split("short test summary info")[0]
+    return out.rstrip("\n").splitlines()[-lines:]
 
 
 def test_without_v_the_run_ends_with_what_failed_and_the_verdict_counts(gate):
