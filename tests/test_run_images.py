@@ -15,8 +15,9 @@ from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.fingerprints import data_fingerprint
 from laya_robustness.run.images import ImageStore, image_bytes, rows_with_pixels
 from laya_robustness.run.inputs import load_source_rows
-from laya_robustness.run.journal import row_key
-from laya_robustness.run.variants import family_variants, let_go
+from laya_robustness.run.journal import Journal, row_key
+from laya_robustness.run.scoring import LocalExecutor, Scoring, score_journaled
+from laya_robustness.run.variants import VariantImages, family_variants, variant_digests
 from test_row_wise import _content
 
 SIZE = (40, 30)  # 3,600 bytes decoded
@@ -88,17 +89,75 @@ def test_a_familys_waiting_variants_are_its_variants(photos, family):
         assert len(new) > 20 and store.stats["made"] >= len(new) - 2
     else:
         assert not new
-    let_go(variants, store)
+    VariantImages(variants, store).all_done()
 
 
-def test_let_go_forgets_a_familys_variants_and_keeps_the_source_images(photos):
+def test_letting_go_forgets_a_familys_variants_and_keeps_the_source_images(photos):
     store = ImageStore()
     waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
     held = store.nbytes
     variants = family_variants("shift", waiting, seed=0, store=store)
     assert store.nbytes > held
-    let_go(variants, store)
+    VariantImages(variants, store).all_done()
     assert store.nbytes == held and all(store.get(im.digest) is not None for r in waiting for im in r.images)
+
+
+def test_a_variant_image_is_let_go_when_the_last_row_about_it_is_done(photos):
+    """An image asked for by rows in two chunks (here the first variant row, scored again at the end) stays held
+    after the first chunk and goes with the second; the others go with the first."""
+    store = ImageStore()
+    waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
+    held = store.nbytes
+    variants = family_variants("shift", waiting, seed=0, store=store)
+    later = variants[:1]
+    kept = set(variant_digests(later[0]))
+    assert kept and all(store.get(d) is not None for d in kept)
+    images = VariantImages([*variants, *later], store)
+    images.done(variants)
+    assert all(store.get(d) is not None for d in kept)
+    assert all(store.get(d) is None for v in variants[1:] for d in set(variant_digests(v)) - kept)
+    images.done(later)
+    assert store.nbytes == held and not images.waiting
+
+
+def test_what_the_hf_scorer_keeps_of_a_cells_variant_images_goes_with_their_rows(embedded_scorer, photos, tmp_path):
+    """Through ``score_journaled`` and ``VariantImages`` (as the run scores a cell), the scorer keeps no pixels,
+    vision features or prompt prefixes of the variant images once their rows are done, whatever the number of
+    rows; the source images' stay. Each variant image is encoded once, even where its rows span two chunks."""
+    scorer = embedded_scorer.replaced()  # empty caches of its own
+    store = ImageStore()
+    waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
+    scorer.score_batch(rows_with_pixels(waiting))
+    source_keys = {image_digest(im) for r in rows_with_pixels(waiting) for im in r.images}
+    variants = family_variants("shift", waiting, seed=0, store=store)
+    rows = [*variants, *variants[:1]]  # the first variant's image is asked for again by the last chunk
+    encoded = scorer.stats["vision_encodes"]
+    journal = Journal(tmp_path / "cpu.run.jsonl", "config", {})
+    chunks = [list(range(i, min(i + 5, len(rows)))) for i in range(0, len(rows), 5)]
+    held: list[int] = []
+
+    def done(scored):
+        images.done(scored)
+        held.append(len(scorer._feature_store) + len(scorer._prefixes) + len(scorer._pixels))
+
+    images = VariantImages(rows, store, scorer)
+    records = score_journaled(LocalExecutor(Scoring(scorer)), journal, rows, chunks, on_done=done)
+    assert len(records) == len(rows) and records[0].logits == records[-1].logits
+    new = {d for v in variants for d in variant_digests(v)}
+    assert len(new) > 20 and scorer.stats["vision_encodes"] - encoded == len(new)  # none encoded twice
+    stores = (scorer._feature_store, scorer._prefixes, scorer._pixels, scorer._layouts)
+    kept = {d for store_ in stores for key in store_.keys() for d in _digests_in(key)}
+    assert kept and kept <= source_keys
+    assert max(held) <= held[-1] + 2 * 5 * 3  # at most a chunk's images (features, prefix, pixels) beyond the end
+
+
+def _digests_in(key) -> set:
+    """The image digests in a store key (nested tuples of strings and token ids)."""
+    if isinstance(key, str):
+        return {key} if len(key) >= 32 else set()
+    if isinstance(key, tuple):
+        return set().union(*(_digests_in(k) for k in key)) if key else set()
+    return set()
 
 
 def _unsteady_build(rows, seed):
@@ -153,3 +212,29 @@ def test_the_hf_scorer_forgets_a_scored_chunks_images_and_scores_them_the_same_a
     again = scorer.score_predict(rows)
     assert all(np.array_equal(a, b) for a, b in zip(before, again))
     assert scorer.stats["image_preprocess"] == 4  # only the forgotten image was prepared again
+
+
+def test_the_prompt_cache_forgets_an_images_prompts_and_its_index_follows_evictions():
+    from laya_robustness.scoring.hf import _PromptCache
+
+    cache = _PromptCache(max_entries=2)
+    for key in [("q1", (("a",),)), ("q2", (("a", "b"),)), ("q3", (("c",),))]:
+        cache.lookup(key, lambda: key[0])
+    assert list(cache) == [("q2", (("a", "b"),)), ("q3", (("c",),))]  # q1 evicted
+    assert cache._by_digest == {"a": {("q2", (("a", "b"),))}, "b": {("q2", (("a", "b"),))}, "c": {("q3", (("c",),))}}
+    cache.forget(["b"])
+    assert list(cache) == [("q3", (("c",),))] and cache._by_digest == {"c": {("q3", (("c",),))}}
+
+
+def test_a_ray_actor_tells_its_loaded_scorer_to_forget_images():
+    from types import SimpleNamespace
+
+    from laya_robustness.run.executors.ray_actor import ScoringActor
+
+    forgotten: list = []
+    actor = ScoringActor({"rows": lambda: Scoring(SimpleNamespace(forget_images=forgotten.append))}, "cpu")
+    actor.forget_images("rows", ["d1"])  # its scorer not loaded yet: nothing holds the image
+    assert forgotten == []
+    actor._scoring("rows")  # loaded, as prepare() does on the actor
+    actor.forget_images("rows", ["d1"])
+    assert forgotten == [["d1"]]

@@ -43,7 +43,7 @@ from laya_robustness.run.journal import JOURNAL_DIR, open_journal
 from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key, is_dual_encoder, load_source_scorer
 from laya_robustness.run.scoring import Scoring, executor_for, score_journaled, scoring_chunks
-from laya_robustness.run.variants import family_variants, let_go
+from laya_robustness.run.variants import VariantImages, family_variants
 from laya_robustness.scoring.base import answers_in_text
 from laya_robustness.scoring.factory import SERVED_SCORER
 from laya_robustness.summary import CellCache, family_cell, summarize
@@ -458,15 +458,15 @@ class RobustnessSession:
         progress = scoring_progress(self.config, device, f"{family}/{dataset}", len(rows))
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
                                 per_row=answers_in_text(scorer))
+        variant_images = VariantImages(rows, self.images, executor if self.uses_ray else scorer)
         try:
-            cell = score_journaled(executor, journal, rows, chunks, progress.update,
-                                   lambda scored: let_go(scored, self.images, scorer))
+            cell = score_journaled(executor, journal, rows, chunks, progress.update, variant_images.done)
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise self.harness_error(f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} "
                                      f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
         finally:
             progress.close()
-            let_go(rows, self.images, scorer)
+            variant_images.all_done()
         store = self.records.setdefault(device, {})
         for rec in cell:
             store[rec.row_id] = rec

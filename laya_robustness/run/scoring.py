@@ -219,14 +219,15 @@ def executor_for(scoring: Scoring):
 
 def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],
                     on_chunk: Callable[[int], None] = lambda n: None,
-                    on_scored: Callable[[list[Row]], None] = lambda rows: None) -> list[Record]:
+                    on_done: Callable[[list[Row]], None] = lambda rows: None) -> list[Record]:
     """The records of ``rows`` in row order, chunk by chunk: a row the journal knows (``--resume``) is reused,
     the others of each chunk are handed to ``executor`` with their pixels (its ``records(chunks)`` takes a
     ``ChunksWithPixels``, whose chunks are decoded as it asks for them, and yields ``(index, records)`` as
     chunks finish; it should hold only the chunks it is scoring) and appended to the journal as each arrives;
-    ``on_chunk(n)`` is told the size of every chunk done (the progress bar) and ``on_scored(rows)`` the rows
-    scored in it (the run lets their variant images go). An exception of the executor propagates unchanged:
-    what was journaled before it stays."""
+    ``on_chunk(n)`` is told the size of every chunk done (the progress bar) and ``on_done(rows)`` its rows, those
+    found in the journal as they are found and those scored as they are scored (the run lets the variant images go
+    that no row still waits for). An exception of the executor propagates unchanged: what was journaled before it
+    stays."""
     out: list[Record | None] = [None] * len(rows)
     keys = [row_key(journal.config, row) for row in rows]
     pending: list[tuple[list[int], int]] = []  # (positions to score, size of their chunk)
@@ -235,6 +236,8 @@ def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Seq
         for i in chunk:
             if keys[i] in journal.known:
                 out[i] = Record.parse(journal.known[keys[i]], f"journal record {keys[i]}")
+        if len(missing) < len(chunk):
+            on_done([rows[i] for i in chunk if keys[i] in journal.known])
         if missing:
             pending.append((missing, len(chunk)))
         else:
@@ -245,5 +248,5 @@ def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Seq
             out[i] = record
         journal.append((keys[i], out[i]) for i in positions)
         on_chunk(size)
-        on_scored([rows[i] for i in positions])
+        on_done([rows[i] for i in positions])
     return out

@@ -19,6 +19,7 @@ rows, so the records and the journal keys are the same.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Sequence
 
 from laya_robustness.families import BUILD_THREADS, build_variants, get_family
@@ -57,12 +58,44 @@ def _waiting(variant: Row, source_row: Row, source: ImageSource) -> Row:
     return dataclasses.replace(variant, images=images)
 
 
-def let_go(rows: Sequence[Row], store: ImageStore, scorer=None) -> None:
-    """Once ``rows`` are scored, let the store, and the scorer where it can (``forget_images``), forget their
-    variant images: no later row waits for them (their source images stay)."""
-    gone = {im.digest for r in rows for im in r.images
-            if isinstance(im, PendingImage) and isinstance(im.source, ImageSource) and not im.source.keep}
-    store.forget(gone)
-    forget = getattr(scorer, "forget_images", None)
-    if forget is not None and gone:
-        forget(gone)
+def variant_digests(row: Row) -> list[str]:
+    """The digests of ``row``'s images that a pixel family made (waiting in the store with ``keep=False``): no
+    row of another cell asks for them, and the run lets them go once its own rows are done."""
+    return [im.digest for im in row.images
+            if isinstance(im, PendingImage) and isinstance(im.source, ImageSource) and not im.source.keep]
+
+
+class VariantImages:
+    """A cell's variant images, each let go as soon as the last row about it is done (scored, or found in the
+    journal): the store forgets it, and so does ``holder`` where it can (``forget_images``: the scorer's pixels,
+    vision features and prompt prefix; on Ray, the executor tells its actors' scorers). An image whose rows span
+    two chunks stays until the second, so it is neither rebuilt nor encoded again, and what the run holds of
+    variant images does not grow with the rows."""
+
+    def __init__(self, rows: Sequence[Row], store: ImageStore, holder=None):
+        self.store, self.holder = store, holder
+        self.waiting = Counter(digest for row in rows for digest in variant_digests(row))
+
+    def done(self, rows: Sequence[Row]) -> None:
+        """``rows`` are done: let go of the images no row still waits for."""
+        gone = []
+        for row in rows:
+            for digest in variant_digests(row):
+                self.waiting[digest] -= 1
+                if self.waiting[digest] == 0:
+                    del self.waiting[digest]
+                    gone.append(digest)
+        self._forget(gone)
+
+    def all_done(self) -> None:
+        """The cell is over (finished or stopped): let go of every image still held."""
+        gone, self.waiting = list(self.waiting), Counter()
+        self._forget(gone)
+
+    def _forget(self, digests: list[str]) -> None:
+        if not digests:
+            return
+        self.store.forget(digests)
+        forget = getattr(self.holder, "forget_images", None)
+        if forget is not None:
+            forget(digests)

@@ -146,6 +146,10 @@ class SegmentedLRU(ByteLRU):
             self._items[old] = (old_value, old_size)
         return value
 
+    def keys(self) -> list:
+        """The keys held: protected's, then probation's, each least recently used first."""
+        return [*self._protected, *self._items]
+
     def touch(self, key: Hashable) -> int | None:
         if key in self._protected:
             self._protected.move_to_end(key)

@@ -140,6 +140,44 @@ class _TextCache(OrderedDict):
         return value, False
 
 
+class _PromptCache(_TextCache):
+    """The prompts' _TextCache, keyed ``(text, image group keys)`` and indexed by image content key, so that
+    ``forget`` drops an image's prompts without scanning the others."""
+
+    def __init__(self, max_entries: int = TEXT_CACHE_ENTRIES):
+        super().__init__(max_entries)
+        self._by_digest: dict[str, set] = {}
+
+    def lookup(self, key, make):
+        if key in self:
+            self.move_to_end(key)
+            return self[key], True
+        value = self[key] = make()
+        for digest in _digests(key):
+            self._by_digest.setdefault(digest, set()).add(key)
+        if len(self) > self.max_entries:
+            self._drop(next(iter(self)))
+        return value, False
+
+    def forget(self, digests) -> None:
+        """Drop every prompt about these images."""
+        for digest in digests:
+            for key in list(self._by_digest.get(digest, ())):
+                self._drop(key)
+
+    def _drop(self, key) -> None:
+        del self[key]
+        for digest in _digests(key):
+            keys = self._by_digest[digest]
+            keys.discard(key)
+            if not keys:
+                del self._by_digest[digest]
+
+
+def _digests(prompt_key) -> set[str]:
+    return {digest for group in prompt_key[1] for digest in group}
+
+
 def pixel_values(tensors: dict) -> int:
     """The floating-point values (pixels) among a group's processor tensors; masks and grids do not count."""
     return sum(t.nelement() for t in tensors.values() if t.is_floating_point())
@@ -193,7 +231,7 @@ class HFVLMScorer:
         self._prefixes = SegmentedLRU(self._cache_bytes[2])  # (mode, prefix key) -> prefixes.PrefixKV
         self._layouts = ByteLRU(LAYOUT_CACHE_BYTES)
         self._pending: dict = {}  # image key -> future of its preprocessing, submitted ahead of its row
-        self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _TextCache()
+        self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _PromptCache()
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, device: str = "cpu", precision: str = "auto",
@@ -254,18 +292,19 @@ class HFVLMScorer:
         return bool(self._cache_bytes[2]) and not self.adapter.bidirectional_prompt
 
     def forget_images(self, digests) -> None:
-        """Let go of the pixels, prompt layouts and prompts kept of these images (content keys); the run calls it
-        with the variant images of a scored chunk, which no later row asks for. Their features stay (bounded by
-        the feature cache): an image encoded again in another vision batch could differ in its last bits."""
+        """Let go of everything kept of these images (content keys): their pixels, prompt layouts, prompts, vision
+        features and prompt prefixes. The run calls it with the variant images whose last row is done, which
+        no later row asks for (``run.variants.VariantImages``); asked for again, an image is prepared, encoded
+        and run anew."""
         gone = set(digests)
         if not gone:
             return
-        for store in (self._pixels, self._layouts):
+        for store, group_keys in ((self._pixels, lambda k: (k,)), (self._layouts, lambda k: (k,)),
+                                  (self._feature_store, lambda k: (k[0],)), (self._prefixes, lambda k: k[1][0])):
             for key in store.keys():
-                if gone.intersection(key):
+                if any(gone.intersection(group) for group in group_keys(key)):
                     store.discard(key)
-        for key in [k for k in self._prompts if any(gone.intersection(group) for group in k[1])]:
-            del self._prompts[key]
+        self._prompts.forget(gone)
 
     # -- precision ------------------------------------------------------------------------------
 

@@ -48,6 +48,12 @@ class ScoringActor:
     def records(self, source: str, rows: Sequence[Row]) -> list[Record]:
         return self._scoring(source).records(rows)
 
+    def forget_images(self, source: str, digests: Sequence[str]) -> None:
+        """Let ``source``'s scorer forget these images, where it can (``forget_images``; ``run.variants``)."""
+        forget = getattr(self.scorings[source].scorer, "forget_images", None) if source in self.scorings else None
+        if forget is not None:
+            forget(digests)
+
     def invariance(self, source: str, condition: str, rows: Sequence[Row], batch_size: int, temperatures) -> dict:
         """One invariance condition's stats on this actor's ``source`` scorer (each reference computed once)."""
         if source not in self._invariance:

@@ -235,6 +235,12 @@ class SourceExecutor:
     def records(self, chunks: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         return self.pool.records(self.source, chunks)
 
+    def forget_images(self, digests) -> None:
+        """Tell every actor's scorer to forget these images (``run.variants.VariantImages`` does, once no row waits
+        for them: no shard in flight asks for them). Not waited for: an actor runs its calls in the order sent."""
+        for slot in self.pool.slots:
+            slot.actor.forget_images.remote(self.source, list(digests))
+
 
 def _load_error(exc: Exception) -> str:
     """What a failed actor start says: the scorer's own exception where Ray kept it."""
