@@ -159,13 +159,29 @@ def causal_lm(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "cli"],
                          ids=lambda x: str(x)[:70])
 def test_a_documented_project_command_runs(page, command, project, causal_lm, monkeypatch, tmp_path):
+    monkeypatch.chdir(project)
+    assert _run_cli(command, causal_lm, tmp_path) == 0, f"{page}: {command}"
+
+
+def _run_cli(command: str, causal_lm: Path, tmp_path: Path) -> int:
+    """A documented ``python -m laya_robustness`` command's exit code, run here in the current directory."""
     from laya_robustness.__main__ import main
 
-    monkeypatch.chdir(project)
     args = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(_substituted(command))[3:]]
     if args[0] == "variants":
         args = [str(causal_lm) if a == "Qwen/Qwen3-8B" else a for a in args] + ["--rows-per-set", "1"]
-    assert main(args) == 0, f"{page}: {command}"
+    return main(args)
+
+
+def _write_what_it_reads(command: str, project: Path, request, monkeypatch, tmp_path) -> None:
+    """Run first the documented commands that write (``--out``) a file ``command`` reads and the project lacks
+    (``rephrasings.jsonl`` from ``variants rephrase``), so the pages' order holds whatever order the tests run in."""
+    writers = {words[words.index("--out") + 1]: c for _, c in DOCUMENTED if _kind(c) == "cli"
+               for words in [shlex.split(c)] if "--out" in words}
+    for word in shlex.split(command):
+        if word in writers and not (project / word).exists():
+            monkeypatch.chdir(project)
+            assert _run_cli(writers[word], request.getfixturevalue("causal_lm"), tmp_path) == 0, writers[word]
 
 
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "serve"],
@@ -193,8 +209,9 @@ def test_a_documented_server_starts_and_answers(page, command, tmp_path):
 
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "pytest"],
                          ids=lambda x: str(x)[:70])
-def test_a_documented_pytest_command_collects(page, command, project, request):
+def test_a_documented_pytest_command_collects(page, command, project, request, monkeypatch, tmp_path):
     command = _substituted(command)
+    _write_what_it_reads(command, project, request, monkeypatch, tmp_path)
     if "--endpoint http://127.0.0.1:8000/v1" in command:  # the tests' own server of the embedded checkpoint
         command = command.replace("http://127.0.0.1:8000/v1", request.getfixturevalue("served_model").url)
     run = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(command)[1:], "--collect-only", "-q",
