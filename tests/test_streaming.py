@@ -3,6 +3,7 @@ records, journal and reports are those of a run that keeps every image."""
 
 import gzip
 import json
+import platform
 import shutil
 
 import pytest
@@ -30,7 +31,7 @@ def photo_gate(pytester, monkeypatch):
     return pytester
 
 
-def _run(gate, monkeypatch, n_rows: int, cache_mb: int, name: str) -> dict:
+def _run(gate, monkeypatch, n_rows: int, cache_mb: int, name: str, *extra: str) -> dict:
     """The image family on ``n_rows`` photo rows; the census of decoded images and the run's files."""
     data, reports = gate.path / f"data{n_rows}", gate.path / name
     if not data.exists():
@@ -40,7 +41,7 @@ def _run(gate, monkeypatch, n_rows: int, cache_mb: int, name: str) -> dict:
     result = gate.runpytest_subprocess(
         "robustness_tests/test_families.py", "--import-mode=importlib", "--thresholds", "limits.toml",
         "--data", str(data), "--families", "image", "--batch-size", "2", "--image-cache-mb", str(cache_mb),
-        "--report-dir", str(reports), "-k", "test_image or test_orig", "-p", "no:randomly")
+        "--report-dir", str(reports), "-k", "test_image or test_orig", "-p", "no:randomly", *extra)
     assert result.ret == 0, result.stdout.str()[-3000:]
     with gzip.open(reports / "predictions.jsonl.gz", "rt") as fh:
         predictions = fh.read()
@@ -71,3 +72,40 @@ def test_what_is_held_decoded_does_not_grow_with_the_rows_and_letting_go_changes
     assert large["journal"] == kept["journal"]
     strip = lambda s: {k: v for k, v in s.items() if k != "meta"}  # noqa: E731  (meta holds timings)
     assert strip(large["summary"]) == strip(kept["summary"])
+
+
+GIVE_BACK_CENSUS = """
+import os
+from laya_robustness.pytest_plugin import session
+
+calls = []
+real = session.give_back_freed_memory
+
+
+def counted():
+    calls.append(1)
+    return real()
+
+
+session.give_back_freed_memory = counted
+
+
+def pytest_unconfigure(config):
+    with open(os.environ["LAYA_GIVE_BACK_FILE"], "w") as fh:
+        fh.write(str(len(calls)))
+"""
+
+
+@pytest.mark.parametrize("keep", ["yes", "no"])
+def test_memory_malloc_keeps_is_given_back_after_every_scoring_chunk(photo_gate, monkeypatch, keep):
+    """Kept for reuse, freed memory is given back once per scoring chunk (so what the process holds follows a
+    chunk, not the run's length); left as it is, malloc is not touched."""
+    if keep == "yes" and platform.libc_ver()[0] != "glibc":
+        pytest.skip("the setting is glibc's")
+    photo_gate.makepyfile(give_back_census=GIVE_BACK_CENSUS)
+    counted = photo_gate.path / "give_back.txt"
+    monkeypatch.setenv("LAYA_GIVE_BACK_FILE", str(counted))
+    run = _run(photo_gate, monkeypatch, 20, 1, f"keep-{keep}", "--keep-freed-memory", keep, "-p", "give_back_census")
+    chunks = run["census"]["batches"]  # one score_batch call per chunk at --batch-size 2
+    assert chunks == -(-20 * 8 // CHUNK_ROWS) + -(-20 // CHUNK_ROWS)
+    assert int(counted.read_text()) == (chunks if keep == "yes" else 0)

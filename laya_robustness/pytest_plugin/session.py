@@ -46,6 +46,7 @@ from laya_robustness.run.scoring import Scoring, executor_for, score_journaled, 
 from laya_robustness.run.variants import VariantImages, family_variants
 from laya_robustness.scoring.base import answers_in_text
 from laya_robustness.scoring.factory import SERVED_SCORER
+from laya_robustness.scoring.malloc import give_back_freed_memory
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 GPU_DEVICE = "cuda"
@@ -459,8 +460,14 @@ class RobustnessSession:
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
                                 per_row=answers_in_text(scorer))
         variant_images = VariantImages(rows, self.images, executor if self.uses_ray else scorer)
+
+        def chunk_done(done_rows: list) -> None:
+            variant_images.done(done_rows)
+            if self.kept_freed_memory:  # reused within a chunk, given back after it (scoring.malloc)
+                give_back_freed_memory()
+
         try:
-            cell = score_journaled(executor, journal, rows, chunks, progress.update, variant_images.done)
+            cell = score_journaled(executor, journal, rows, chunks, progress.update, chunk_done)
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise self.harness_error(f"scoring {family}/{dataset} on {device} with model {self.settings.model!r} "
                                      f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
