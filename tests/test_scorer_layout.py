@@ -198,3 +198,36 @@ def test_collate_refuses_a_prefix_that_leaves_no_token_to_run():
 ], ids=["causal", "two-images", "no-image", "image-last", "image-block", "prefix-lm", "straddling"])
 def test_the_shared_prefix_ends_after_the_last_image_token_unless_a_block_straddles_it(ids, blocks, expected):
     assert shared_length(ids, np.asarray(blocks), image_token_id=9) == expected
+
+
+@pytest.mark.parametrize("kind", [ByteLRU, SegmentedLRU])
+def test_forget_by_image_drops_what_a_scan_of_every_key_would_and_nothing_else(kind):
+    """Seeded puts, gets and forgets past the byte bound (so entries are evicted and, segmented, promoted and
+    demoted): after each forget the store holds what a scan of every key for the forgotten images leaves, and its
+    index names exactly the keys held."""
+    rng = np.random.default_rng(7)
+    digests = [f"d{i}" for i in range(12)]
+    store = kind(max_bytes=40, digests_of=lambda key: set(key))
+    forgets = 0
+    for _ in range(2000):
+        op = rng.integers(0, 10)
+        key = tuple(sorted(set(rng.choice(digests, size=rng.integers(1, 4)))))
+        if op < 6:
+            store.put(key, key, nbytes=int(rng.integers(1, 9)))
+        elif op < 9:
+            store.get(key)
+        else:
+            gone = set(rng.choice(digests, size=2))
+            expected = [k for k in store.keys() if not gone & set(k)]
+            store.forget(gone)
+            assert sorted(store.keys()) == sorted(expected)
+            forgets += 1
+        indexed = {k for keys in store._by_digest.values() for k in keys}
+        assert indexed == set(store.keys())
+        assert store.nbytes <= store.max_bytes
+    assert forgets > 100 and store.evictions > 100
+
+
+def test_forget_needs_a_store_that_knows_its_keys_images():
+    with pytest.raises(TypeError, match="digests_of"):
+        ByteLRU(max_bytes=10).forget(["d"])

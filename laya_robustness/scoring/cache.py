@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable, Iterable
 
 #: Default bounds of the scorer's stores; vision features of a 512 px SmolVLM tile are 64 x 576 fp32 = 147 KB.
 DEFAULT_FEATURE_CACHE_BYTES = 1 << 30
@@ -38,16 +38,25 @@ def tensor_bytes(value: Any) -> int:
 class ByteLRU:
     """A mapping that evicts its least recently used entries once their bytes exceed ``max_bytes``.
 
-    An entry larger than ``max_bytes`` is not stored at all (``put`` is then a no-op).
+    An entry larger than ``max_bytes`` is not stored at all (``put`` is then a no-op). With ``digests_of`` (the
+    image content keys a key is about), ``forget(digests)`` drops every entry about those images without
+    scanning the others.
+
+    >>> store = ByteLRU(max_bytes=100, digests_of=lambda key: key)
+    >>> store.put(("a", "b"), 1, nbytes=1); store.put(("b",), 2, nbytes=1); store.put(("c",), 3, nbytes=1)
+    >>> store.forget(["b"]); store.keys()
+    [('c',)]
     """
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, digests_of: Callable[[Hashable], Iterable[str]] | None = None):
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
         self.nbytes = 0
         self.evictions = 0
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._digests_of = digests_of
+        self._by_digest: dict[str, set] = {}  # image content key -> the keys about it (with digests_of)
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._items
@@ -70,18 +79,43 @@ class ByteLRU:
 
     def put(self, key: Hashable, value: Any, nbytes: int | None = None) -> None:
         size = tensor_bytes(value) if nbytes is None else int(nbytes)
-        self._discard(key)
+        self.discard(key)
         if size > self.max_bytes:
             return
         self._items[key] = (value, size)
         self.nbytes += size
+        if self._digests_of is not None:
+            for digest in self._digests_of(key):
+                self._by_digest.setdefault(digest, set()).add(key)
         while self.nbytes > self.max_bytes:
-            self.nbytes -= self._evict_one()
+            old, old_size = self._evict_one()
+            self.nbytes -= old_size
+            self._unindex(old)
             self.evictions += 1
 
     def discard(self, key: Hashable) -> None:
         """Let the entry of ``key`` go (nothing when it is not held)."""
-        self._discard(key)
+        if key in self:
+            self._discard(key)
+            self._unindex(key)
+
+    def forget(self, digests: Iterable[str]) -> None:
+        """Let go of every entry about these images (needs ``digests_of``)."""
+        if self._digests_of is None:
+            raise TypeError("forget needs a store built with digests_of")
+        for digest in digests:
+            for key in list(self._by_digest.get(digest, ())):
+                self.discard(key)
+
+    def _unindex(self, key: Hashable) -> None:
+        if self._digests_of is None:
+            return
+        for digest in self._digests_of(key):
+            keys = self._by_digest.get(digest)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_digest[digest]
 
     def keys(self) -> list:
         """The keys held, least recently used first."""
@@ -91,12 +125,14 @@ class ByteLRU:
         if key in self._items:
             self.nbytes -= self._items.pop(key)[1]
 
-    def _evict_one(self) -> int:
-        """Drop the entry to evict next (the least recently used); its bytes."""
-        return self._items.popitem(last=False)[1][1]
+    def _evict_one(self) -> tuple[Hashable, int]:
+        """Drop the entry to evict next (the least recently used); its key and bytes."""
+        key, (_, size) = self._items.popitem(last=False)
+        return key, size
 
     def clear(self) -> None:
         self._items.clear()
+        self._by_digest.clear()
         self.nbytes = 0
 
 
@@ -117,8 +153,9 @@ class SegmentedLRU(ByteLRU):
     ['a', 'd', 'e']
     """
 
-    def __init__(self, max_bytes: int, protected_share: float = 0.8):
-        super().__init__(max_bytes)
+    def __init__(self, max_bytes: int, protected_share: float = 0.8,
+                 digests_of: Callable[[Hashable], Iterable[str]] | None = None):
+        super().__init__(max_bytes, digests_of)
         if not 0 <= protected_share <= 1:
             raise ValueError(f"protected_share must be in [0, 1], got {protected_share}")
         self.protected_max = int(max_bytes * protected_share)
@@ -162,13 +199,13 @@ class SegmentedLRU(ByteLRU):
             self.nbytes, self.protected_bytes = self.nbytes - old, self.protected_bytes - old
         super()._discard(key)
 
-    def _evict_one(self) -> int:
+    def _evict_one(self) -> tuple[Hashable, int]:
         """Probation's least recent entry, never the entry just put; protected's once probation holds only it."""
         if len(self._items) > 1 or not self._protected:
             return super()._evict_one()
-        dropped = self._protected.popitem(last=False)[1][1]
+        key, (_, dropped) = self._protected.popitem(last=False)
         self.protected_bytes -= dropped
-        return dropped
+        return key, dropped
 
     def clear(self) -> None:
         super().clear()

@@ -226,10 +226,12 @@ class HFVLMScorer:
 
     def _reset_caches(self) -> None:
         self.stats = {k: 0 for k in STAT_KEYS}
-        self._feature_store = SegmentedLRU(self._cache_bytes[0])
-        self._pixels = ByteLRU(self._cache_bytes[1])
-        self._prefixes = SegmentedLRU(self._cache_bytes[2])  # (mode, prefix key) -> prefixes.PrefixKV
-        self._layouts = ByteLRU(LAYOUT_CACHE_BYTES)
+        # Keyed by an image group (its images' content keys), (group, mode) and (mode, (groups, token ids)).
+        self._feature_store = SegmentedLRU(self._cache_bytes[0], digests_of=lambda key: key[0])
+        self._pixels = ByteLRU(self._cache_bytes[1], digests_of=lambda group: group)
+        self._prefixes = SegmentedLRU(self._cache_bytes[2],  # -> prefixes.PrefixKV
+                                      digests_of=lambda key: {d for group in key[1][0] for d in group})
+        self._layouts = ByteLRU(LAYOUT_CACHE_BYTES, digests_of=lambda group: group)
         self._pending: dict = {}  # image key -> future of its preprocessing, submitted ahead of its row
         self._templates, self._token_ids, self._prompts = _TextCache(), _TextCache(), _PromptCache()
 
@@ -297,14 +299,8 @@ class HFVLMScorer:
         no later row asks for (``run.variants.VariantImages``); asked for again, an image is prepared, encoded
         and run anew."""
         gone = set(digests)
-        if not gone:
-            return
-        for store, group_keys in ((self._pixels, lambda k: (k,)), (self._layouts, lambda k: (k,)),
-                                  (self._feature_store, lambda k: (k[0],)), (self._prefixes, lambda k: k[1][0])):
-            for key in store.keys():
-                if any(gone.intersection(group) for group in group_keys(key)):
-                    store.discard(key)
-        self._prompts.forget(gone)
+        for store in (self._pixels, self._layouts, self._feature_store, self._prefixes, self._prompts):
+            store.forget(gone)
 
     # -- precision ------------------------------------------------------------------------------
 
