@@ -97,15 +97,19 @@ def pytest_unconfigure(config):
 
 
 @pytest.mark.parametrize("keep", ["yes", "no"])
-def test_memory_malloc_keeps_is_given_back_after_every_scoring_chunk(photo_gate, monkeypatch, keep):
-    """Kept for reuse, freed memory is given back once per scoring chunk (so what the process holds follows a
-    chunk, not the run's length); left as it is, malloc is not touched."""
+def test_memory_malloc_keeps_is_given_back_after_chunks_that_let_images_go_and_at_each_cells_end(
+        photo_gate, monkeypatch, keep):
+    """Kept for reuse, freed memory is given back after every scoring chunk that let variant images go (the image
+    cell's) and at each cell's end, not after the chunks that let nothing go (the orig cell's); left as it is,
+    malloc is not touched."""
     if keep == "yes" and platform.libc_ver()[0] != "glibc":
         pytest.skip("the setting is glibc's")
     photo_gate.makepyfile(give_back_census=GIVE_BACK_CENSUS)
     counted = photo_gate.path / "give_back.txt"
     monkeypatch.setenv("LAYA_GIVE_BACK_FILE", str(counted))
-    run = _run(photo_gate, monkeypatch, 20, 1, f"keep-{keep}", "--keep-freed-memory", keep, "-p", "give_back_census")
-    chunks = run["census"]["batches"]  # one score_batch call per chunk at --batch-size 2
-    assert chunks == -(-20 * 8 // CHUNK_ROWS) + -(-20 // CHUNK_ROWS)
-    assert int(counted.read_text()) == (chunks if keep == "yes" else 0)
+    n = 40
+    run = _run(photo_gate, monkeypatch, n, 1, f"keep-{keep}", "--keep-freed-memory", keep, "-p", "give_back_census")
+    image_chunks, orig_chunks = -(-n * 8 // CHUNK_ROWS), -(-n // CHUNK_ROWS)  # 10 and 2
+    assert run["census"]["batches"] == image_chunks + orig_chunks  # one score_batch call per chunk at --batch-size 2
+    expected = image_chunks + 1 + 1  # every image chunk, then each cell's end
+    assert int(counted.read_text()) == (expected if keep == "yes" else 0)

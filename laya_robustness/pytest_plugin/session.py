@@ -462,8 +462,7 @@ class RobustnessSession:
         variant_images = VariantImages(rows, self.images, executor if self.uses_ray else scorer)
 
         def chunk_done(done_rows: list) -> None:
-            variant_images.done(done_rows)
-            if self.kept_freed_memory:  # reused within a chunk, given back after it (scoring.malloc)
+            if variant_images.done(done_rows) and self.kept_freed_memory:  # images let go: see scoring.malloc
                 give_back_freed_memory()
 
         try:
@@ -474,6 +473,8 @@ class RobustnessSession:
         finally:
             progress.close()
             variant_images.all_done()
+            if self.kept_freed_memory:
+                give_back_freed_memory()
         store = self.records.setdefault(device, {})
         for rec in cell:
             store[rec.row_id] = rec

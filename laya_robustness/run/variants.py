@@ -76,8 +76,8 @@ class VariantImages:
         self.store, self.holder = store, holder
         self.waiting = Counter(digest for row in rows for digest in variant_digests(row))
 
-    def done(self, rows: Sequence[Row]) -> None:
-        """``rows`` are done: let go of the images no row still waits for."""
+    def done(self, rows: Sequence[Row]) -> int:
+        """``rows`` are done: let go of the images no row still waits for; how many."""
         gone = []
         for row in rows:
             for digest in variant_digests(row):
@@ -86,6 +86,7 @@ class VariantImages:
                     del self.waiting[digest]
                     gone.append(digest)
         self._forget(gone)
+        return len(gone)
 
     def all_done(self) -> None:
         """The cell is over (finished or stopped): let go of every image still held."""
