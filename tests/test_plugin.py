@@ -482,7 +482,7 @@ def test_each_scoring_configuration_keeps_its_own_snapshot(gate):
 
 
 @pytest.mark.parametrize(("value", "header"), [
-    ("yes", "laya-robustness: malloc keeps freed memory for reuse, given back after chunks that let images go (--keep-freed-memory yes)"),
+    ("yes", "laya-robustness: malloc keeps freed memory for reuse, given back as images are let go (--keep-freed-memory yes)"),
     ("no", "laya-robustness: malloc left as it is (--keep-freed-memory no)"),
 ])
 def test_the_header_says_whether_malloc_keeps_freed_memory(gate, value, header):

@@ -97,19 +97,25 @@ def pytest_unconfigure(config):
 
 
 @pytest.mark.parametrize("keep", ["yes", "no"])
-def test_memory_malloc_keeps_is_given_back_after_chunks_that_let_images_go_and_at_each_cells_end(
-        photo_gate, monkeypatch, keep):
-    """Kept for reuse, freed memory is given back after every scoring chunk that let variant images go (the image
-    cell's) and at each cell's end, not after the chunks that let nothing go (the orig cell's); left as it is,
-    malloc is not touched."""
+def test_memory_malloc_keeps_is_given_back_as_images_are_let_go_and_at_each_cells_end(photo_gate, monkeypatch, keep):
+    """Kept for reuse, freed memory is given back after a scoring chunk once the variant images let go since the
+    last give-back exceed half the image store's bound (4 MiB here: every second chunk of the image cell), and at
+    each cell's end; left as it is, malloc is not touched."""
     if keep == "yes" and platform.libc_ver()[0] != "glibc":
         pytest.skip("the setting is glibc's")
     photo_gate.makepyfile(give_back_census=GIVE_BACK_CENSUS)
     counted = photo_gate.path / "give_back.txt"
     monkeypatch.setenv("LAYA_GIVE_BACK_FILE", str(counted))
-    n = 40
-    run = _run(photo_gate, monkeypatch, n, 1, f"keep-{keep}", "--keep-freed-memory", keep, "-p", "give_back_census")
+    n, store_mb = 40, 4
+    run = _run(photo_gate, monkeypatch, n, store_mb, f"keep-{keep}", "--keep-freed-memory", keep,
+               "-p", "give_back_census")
     image_chunks, orig_chunks = -(-n * 8 // CHUNK_ROWS), -(-n // CHUNK_ROWS)  # 10 and 2
     assert run["census"]["batches"] == image_chunks + orig_chunks  # one score_batch call per chunk at --batch-size 2
-    expected = image_chunks + 1 + 1  # every image chunk, then each cell's end
+    per_image = PHOTO[0] * PHOTO[1] * 3  # each image variant row has an image of its own
+    expected, let_go = 2, 0  # each cell's end, then the image chunks that bring the images let go over the mark
+    for start in range(0, n * 8, CHUNK_ROWS):
+        let_go += min(CHUNK_ROWS, n * 8 - start) * per_image
+        if let_go > (store_mb << 20) // 2:
+            expected, let_go = expected + 1, 0
+    assert expected == 2 + image_chunks // 2
     assert int(counted.read_text()) == (expected if keep == "yes" else 0)

@@ -75,7 +75,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from laya_robustness.pytest_plugin.terminal import prefix_sharing_line
 
     if session.kept_freed_memory:
-        lines = ["laya-robustness: malloc keeps freed memory for reuse, given back after chunks that let images go (--keep-freed-memory yes)"]
+        lines = ["laya-robustness: malloc keeps freed memory for reuse, given back as images are let go (--keep-freed-memory yes)"]
     else:
         why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
         lines = [f"laya-robustness: malloc left as it is ({why})"]

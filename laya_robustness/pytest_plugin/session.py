@@ -460,10 +460,14 @@ class RobustnessSession:
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
                                 per_row=answers_in_text(scorer))
         variant_images = VariantImages(rows, self.images, executor if self.uses_ray else scorer)
+        let_go = 0  # decoded bytes of the images let go since freed memory was last given back
 
         def chunk_done(done_rows: list) -> None:
-            if variant_images.done(done_rows) and self.kept_freed_memory:  # images let go: see scoring.malloc
+            nonlocal let_go
+            let_go += variant_images.done(done_rows)
+            if self.kept_freed_memory and let_go > self.images.max_bytes // 2:  # see scoring.malloc
                 give_back_freed_memory()
+                let_go = 0
 
         try:
             cell = score_journaled(executor, journal, rows, chunks, progress.update, chunk_done)

@@ -37,8 +37,13 @@ _POOL: list[ThreadPoolExecutor] = []
 
 def image_bytes(image: Image.Image) -> int:
     """The bytes of an image's decoded pixels (``width * height * bytes per pixel``)."""
-    per_band = 4 if image.mode in ("I", "F") else 2 if image.mode.startswith("I;16") else 1
-    return image.width * image.height * len(image.getbands()) * per_band
+    return decoded_bytes(image.mode, image.size)
+
+
+def decoded_bytes(mode: str, size: tuple[int, int]) -> int:
+    """The bytes of the decoded pixels of an image of this mode and size (a PendingImage's, unread)."""
+    per_band = 4 if mode in ("I", "F") else 2 if mode.startswith("I;16") else 1
+    return size[0] * size[1] * Image.getmodebands(mode) * per_band
 
 
 class ImageStore:

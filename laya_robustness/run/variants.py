@@ -24,7 +24,7 @@ from typing import Sequence
 
 from laya_robustness.families import BUILD_THREADS, build_variants, get_family
 from laya_robustness.rows import PendingImage, Row, image_digest
-from laya_robustness.run.images import ImageSource, ImageStore, parallel_map
+from laya_robustness.run.images import ImageSource, ImageStore, decoded_bytes, parallel_map
 
 #: Source rows of a pixel family built side by side at once (their variants are held together until keyed).
 BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
@@ -75,9 +75,11 @@ class VariantImages:
     def __init__(self, rows: Sequence[Row], store: ImageStore, holder=None):
         self.store, self.holder = store, holder
         self.waiting = Counter(digest for row in rows for digest in variant_digests(row))
+        self.sizes = {im.digest: decoded_bytes(im.mode, im.size) for row in rows for im in row.images
+                      if isinstance(im, PendingImage) and im.digest in self.waiting}
 
     def done(self, rows: Sequence[Row]) -> int:
-        """``rows`` are done: let go of the images no row still waits for; how many."""
+        """``rows`` are done: let go of the images no row still waits for; their decoded bytes."""
         gone = []
         for row in rows:
             for digest in variant_digests(row):
@@ -86,7 +88,7 @@ class VariantImages:
                     del self.waiting[digest]
                     gone.append(digest)
         self._forget(gone)
-        return len(gone)
+        return sum(self.sizes.pop(digest) for digest in gone)
 
     def all_done(self) -> None:
         """The cell is over (finished or stopped): let go of every image still held."""
