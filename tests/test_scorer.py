@@ -151,3 +151,31 @@ def test_a_prefix_store_too_small_for_one_prefix_changes_nothing_but_the_prefixe
     assert tiny.shares_prefixes and len(tiny._prefixes) == 0 and tiny.stats["prefix_hits"] == 0
     assert roomy.stats["prefixes"] == distinct < tiny.stats["prefixes"] <= -(-len(rows) // 4) * distinct
     assert roomy.stats["prefix_hits"] > 0  # later forwards read their image's prefix from the store
+
+
+def test_new_images_prefixes_run_ahead_in_forwards_of_a_buckets_tokens(embedded_scorer, fixture_rows):
+    """Rows about new images (the image family's variants): the buckets' prefixes run ahead, as many a forward as
+    fit a bucket of the call's longest rows, so the call runs its buckets and a few prefix forwards, not two
+    forwards a bucket; each row's logits are those of its whole prompt."""
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    rows = build_variants("image", fixture_rows["colour_choice"][:8], seed=0)
+    fresh = HFVLMScorer(embedded_scorer.model, embedded_scorer.processor, batch_size=4)
+    shared = fresh.score_batch(rows)
+    for a, b in zip(shared, embedded_scorer.score_batch_unshared(rows), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    prepared = [fresh.prepare(r) for r in rows]
+    lengths = {p.prefix_length for p in prepared}
+    distinct = len({p.prefix for p in prepared})
+    assert len(lengths) == 1 and all(p.prefix for p in prepared) and distinct > len(rows) // 2
+    per_forward = 4 * max(p.alone_tokens for p in prepared) // lengths.pop()
+    buckets = -(-len(rows) // 4)
+    assert 4 < per_forward < distinct  # more than a bucket's prefixes a forward, and more than one forward
+    assert fresh.stats["prefixes"] == distinct
+    assert fresh.stats["forwards"] == buckets + -(-distinct // per_forward) < 2 * buckets
+    first: dict = {}
+    bucket_of = {i: j for j, bucket in enumerate(fresh._buckets(prepared, 4)) for i in bucket}
+    for i in sorted(bucket_of, key=bucket_of.get):
+        first.setdefault(prepared[i].prefix, bucket_of[i])
+    # a hit: a row of a later bucket than the one its prefix first ran for
+    assert fresh.stats["prefix_hits"] == sum(first[p.prefix] != bucket_of[i] for i, p in enumerate(prepared)) > 0

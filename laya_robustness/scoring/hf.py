@@ -13,9 +13,12 @@ module runs the paths:
 - **per option** (``score_batch_per_option``): the batch path with one sequence per (row, option),
   the reference the one-pass batch path is held to.
 - **shared prefixes** (batch and predict with the cache): a row's prompt through its last image token
-  (``scoring.prefixes``) runs once per content and precision, in a forward of its own; its keys and
-  values are kept (a segmented LRU bounded by bytes, ``cache.DEFAULT_PREFIX_CACHE_BYTES``) and every
-  row that shares it, in this call or a later one, runs only its own tokens against them. A row with
+  (``scoring.prefixes``) runs once per content and precision, in a forward over prefixes alone (on the
+  batch path the prefixes a window's buckets lack run ahead, as many a forward as a bucket of its
+  longest rows has tokens: ``prefixes.WindowPrefixes``, so new images cost their bucket about one
+  forward, not two); its keys and values are kept (a segmented LRU bounded by bytes,
+  ``cache.DEFAULT_PREFIX_CACHE_BYTES``) and every row that shares it, in this call or a later one,
+  runs only its own tokens against them. A row with
   a shareable prefix is always scored this way, so its logits do not depend on what the store held.
   ``score_batch_unshared`` runs every row's whole prompt (the reference the shared path is held to);
   architectures whose prompt attends bidirectionally (PaliGemma) share nothing, as the identity says.
@@ -580,43 +583,61 @@ class HFVLMScorer:
                     continue
                 self._pending[key] = _preprocess_pool().submit(self.adapter.process_group, group)
 
-    def _forward_chunks(self, rows: Sequence[Row], path: str, share: bool = False):
-        """(row indices, rows, prepared rows, the window's held features) of each forward: the windows of
-        ``_windows`` cut into length-sorted buckets of ``batch_size`` rows."""
+    def _window_buckets(self, rows: Sequence[Row], path: str, share: bool = False):
+        """(buckets, the window's held features) of each window of ``_windows``: the window cut into length-sorted
+        buckets of ``batch_size`` rows, each bucket (row indices, rows, prepared rows)."""
         for window in self._windows(rows, path, share):
-            prepared, held = [p for _, p in window], {}
-            for chunk in self._buckets(prepared, self.batch_size):
-                yield ([window[i][0] for i in chunk], [rows[window[i][0]] for i in chunk], [prepared[i] for i in chunk],
-                       held)
+            prepared = [p for _, p in window]
+            yield [([window[i][0] for i in chunk], [rows[window[i][0]] for i in chunk], [prepared[i] for i in chunk])
+                   for chunk in self._buckets(prepared, self.batch_size)], {}
+
+    def _forward_chunks(self, rows: Sequence[Row], path: str, share: bool = False):
+        """(row indices, rows, prepared rows, the window's held features) of each forward."""
+        for buckets, held in self._window_buckets(rows, path, share):
+            for indices, chunk_rows, chunk_prepared in buckets:
+                yield indices, chunk_rows, chunk_prepared, held
 
     def _score_rows(self, rows: Sequence[Row], one_pass: bool, share: bool) -> list[np.ndarray]:
         shown: list = [None] * len(rows)
-        for indices, chunk_rows, chunk_prepared, held in self._forward_chunks(rows, "batch", share):
+        share = share and one_pass and self.shares_prefixes
+        for buckets, held in self._window_buckets(rows, "batch", share):
+            plan = self._window_prefixes(buckets) if share else None
+            for j, (indices, chunk_rows, chunk_prepared) in enumerate(buckets):
 
-            def work(chunk_rows=chunk_rows, chunk_prepared=chunk_prepared, held=held):
-                if one_pass:
-                    return self._score_one_pass(chunk_rows, chunk_prepared, held, share)
-                features = self._features(chunk_prepared, self._images_by_key(chunk_rows), "batch", held)
-                items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
-                flat = self._score_sequences(items, features, "batch")
-                out, k = [], 0
-                for p in chunk_prepared:
-                    out.append([s[0] for s in flat[k:k + len(p.options)]])
-                    k += len(p.options)
-                return out
+                def work(j=j, chunk_rows=chunk_rows, chunk_prepared=chunk_prepared):
+                    if one_pass:
+                        return self._score_one_pass(chunk_rows, chunk_prepared, held, plan and (plan, j, buckets))
+                    features = self._features(chunk_prepared, self._images_by_key(chunk_rows), "batch", held)
+                    items = [(p, (j,)) for p in chunk_prepared for j in range(len(p.options))]
+                    flat = self._score_sequences(items, features, "batch")
+                    out, k = [], 0
+                    for p in chunk_prepared:
+                        out.append([s[0] for s in flat[k:k + len(p.options)]])
+                        k += len(p.options)
+                    return out
 
-            for i, scores in zip(indices, self._guarded(chunk_rows, work)):
-                shown[i] = scores
-            self.stats["tokens_alone"] += sum(p.alone_tokens for p in chunk_prepared)
+                for i, scores in zip(indices, self._guarded(chunk_rows, work)):
+                    shown[i] = scores
+                self.stats["tokens_alone"] += sum(p.alone_tokens for p in chunk_prepared)
+                if plan:
+                    plan.done(j)
         self.stats["rows"] += len(rows)
         return [to_label_order(r, s) for r, s in zip(rows, shown)]
 
+    def _window_prefixes(self, buckets) -> prefixes.WindowPrefixes:
+        """The window's prefix plan: a forward over prefixes alone holds no more tokens than a bucket of the
+        window's longest rows."""
+        longest = max(p.alone_tokens for _, _, chunk in buckets for p in chunk)
+        return prefixes.WindowPrefixes([[(p.prefix, p.prefix_length) for p in chunk if p.prefix]
+                                        for _, _, chunk in buckets], self.batch_size * longest)
+
     def _score_one_pass(self, rows: Sequence[Row], prepared: Sequence[PreparedRow], held: dict,
-                        share: bool) -> list[list[float]]:
+                        planned=None) -> list[list[float]]:
         """All options of each row in one sequence: rows with a shareable prefix against its keys and values
-        (``share``), the others over their whole prompt."""
+        (with ``planned``, the window's prefix plan, this bucket's index and the window's buckets), the others
+        over their whole prompt."""
         out: list = [None] * len(rows)
-        shared = [i for i, p in enumerate(prepared) if share and self.shares_prefixes and p.prefix]
+        shared = [i for i, p in enumerate(prepared) if planned and p.prefix]
         whole = sorted(set(range(len(rows))) - set(shared))
         if whole:
             items = [(prepared[i], tuple(range(len(prepared[i].options)))) for i in whole]
@@ -626,7 +647,7 @@ class HFVLMScorer:
                 out[i] = scores
         if shared:
             items = [(prepared[i], tuple(range(len(prepared[i].options)))) for i in shared]
-            kvs = self._prefix_kvs([p for p, _ in items], [rows[i] for i in shared], "batch", held)
+            kvs = self._planned_prefix_kvs([p for p, _ in items], held, *planned)
             for i, scores in zip(shared, self._score_after_prefixes(items, kvs, "batch")):
                 out[i] = scores
         return out
@@ -655,9 +676,6 @@ class HFVLMScorer:
                     held: dict | None) -> list[prefixes.PrefixKV]:
         """Each row's prefix keys and values: from the store, or run now, each distinct prefix once and all of
         them in one forward over the prefixes alone (then kept in the store)."""
-        import torch
-        from transformers import DynamicCache
-
         mode = self._mode(path)
         found: dict = {}
         for p in prepared:
@@ -667,20 +685,51 @@ class HFVLMScorer:
                 self.stats["prefix_hits"] += 1
         missing = {p.prefix: (p, row) for p, row in zip(prepared, rows) if p.prefix not in found}
         if missing:
-            new = [p for p, _ in missing.values()]
-            heads = [replace(p, prompt=layout.Prompt(
-                p.prompt.ids[:p.prefix_length], p.prompt.positions[:, :p.prefix_length],
-                p.prompt.blocks[:p.prefix_length])) for p in new]
-            features = self._features(new, self._images_by_key([row for _, row in missing.values()]), path, held)
-            batch = layout.collate([layout.pack(h.prompt, []) for h in heads], self.pad_id)
-            cache = DynamicCache()
-            with torch.inference_mode(), self._autocast(path):
-                self._run(batch, self._embed(batch, heads, features), cache=cache)
-            for b, p in enumerate(new):
-                found[p.prefix] = kv = prefixes.PrefixKV.from_cache(cache, b, p.prefix_length)
-                self._prefixes.put((mode, p.prefix), kv, kv.nbytes)
-            self.stats["prefixes"] += len(new)
+            found.update(self._run_prefixes(list(missing.values()), path, held))
         return [found[p.prefix] for p in prepared]
+
+    def _planned_prefix_kvs(self, prepared: Sequence[PreparedRow], held: dict, plan: prefixes.WindowPrefixes,
+                            j: int, buckets) -> list[prefixes.PrefixKV]:
+        """The prefix keys and values of bucket ``j``'s rows: held by the window's plan, or from the store; what
+        the bucket lacks runs first, with what the buckets after it lack (``WindowPrefixes.to_run``)."""
+        mode = self._mode("batch")
+        for p in prepared:  # held from here on: the prefixes run next must not evict them from the store first
+            if p.prefix not in plan.held and (kv := self._prefixes.get((mode, p.prefix))) is not None:
+                plan.held[p.prefix] = kv
+        wanted = plan.to_run(j, lambda key: (mode, key) in self._prefixes)
+        if wanted:
+            owners: dict = {}
+            for _, chunk_rows, chunk in buckets[j:]:
+                for p, r in zip(chunk, chunk_rows):
+                    owners.setdefault(p.prefix, (p, r))
+            run = [owners[key] for key in wanted]  # an error names the rows whose prefixes ran, later buckets' too
+            plan.held.update(self._guarded([r for _, r in run], lambda: self._run_prefixes(run, "batch", held)))
+        for p in prepared:
+            self.stats["prefix_hits"] += plan.is_hit(p.prefix, j)
+        return [plan.held[p.prefix] for p in prepared]
+
+    def _run_prefixes(self, owners: Sequence[tuple[PreparedRow, Row]], path: str, held: dict | None) -> dict:
+        """Distinct prefixes (each with a row that has it) run in one forward over the prefixes alone, each kept in
+        the store: prefix key -> ``PrefixKV``."""
+        import torch
+        from transformers import DynamicCache
+
+        mode = self._mode(path)
+        new = [p for p, _ in owners]
+        heads = [replace(p, prompt=layout.Prompt(
+            p.prompt.ids[:p.prefix_length], p.prompt.positions[:, :p.prefix_length],
+            p.prompt.blocks[:p.prefix_length])) for p in new]
+        features = self._features(new, self._images_by_key([row for _, row in owners]), path, held)
+        batch = layout.collate([layout.pack(h.prompt, []) for h in heads], self.pad_id)
+        cache = DynamicCache()
+        with torch.inference_mode(), self._autocast(path):
+            self._run(batch, self._embed(batch, heads, features), cache=cache)
+        out = {}
+        for b, p in enumerate(new):
+            out[p.prefix] = kv = prefixes.PrefixKV.from_cache(cache, b, p.prefix_length)
+            self._prefixes.put((mode, p.prefix), kv, kv.nbytes)
+        self.stats["prefixes"] += len(new)
+        return out
 
     def _score_after_prefixes(self, items: Sequence[tuple[PreparedRow, tuple[int, ...]]],
                               kvs: Sequence[prefixes.PrefixKV], path: str) -> list[list[float]]:

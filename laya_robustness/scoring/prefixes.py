@@ -68,3 +68,57 @@ def batch_cache(prefixes: Sequence[PrefixKV]):
         return torch.cat([F.pad(t, (0, 0, 0, longest - t.shape[2])) for t in parts]) if len(parts) > 1 else parts[0]
 
     return DynamicCache([(stacked(i, 0), stacked(i, 1)) for i in range(len(prefixes[0].layers))])
+
+
+class WindowPrefixes:
+    """The prefixes of a window's buckets, run ahead in few forwards and held only until their bucket is scored.
+
+    ``buckets[j]`` lists the (prefix key, length) of bucket j's rows with a shareable prefix. When bucket j
+    lacks a prefix (neither held nor stored), ``to_run(j, stored)`` gives the prefixes one forward over prefixes
+    alone runs: all that bucket j lacks, then, in bucket order, those the buckets after it lack, while the
+    forward, padded to its longest prefix, holds at most ``max_tokens`` tokens. On a small model a forward costs
+    about the same whatever its length, so a bucket of rows with new images costs about one forward, not two.
+    ``held`` keeps what ran ahead until its bucket is done (then the store has it, where it has room), so it
+    holds about one forward's prefixes. A row counts as a hit (``is_hit``) unless its prefix ran for its bucket.
+
+        >>> plan = WindowPrefixes([[("a", 3), ("b", 3)], [("c", 3)], [("a", 3), ("d", 3)]], max_tokens=9)
+        >>> plan.to_run(0, stored=lambda key: False)      # bucket 0's own, then c; d would make 12 tokens
+        ['a', 'b', 'c']
+        >>> plan.held.update(dict.fromkeys("abc")); plan.done(0); sorted(plan.held)
+        ['c']
+        >>> plan.to_run(1, stored=lambda key: False), plan.is_hit("c", 1)
+        ([], False)
+        >>> plan.done(1); plan.to_run(2, stored=lambda key: key == "a"), plan.is_hit("a", 2)
+        (['d'], True)
+    """
+
+    def __init__(self, buckets: Sequence[Sequence[tuple]], max_tokens: int):
+        self.buckets = [list(dict.fromkeys(bucket)) for bucket in buckets]
+        self.max_tokens = max_tokens
+        self.held: dict = {}
+        self.ran_for: dict = {}  # prefix key -> the bucket it last ran for
+
+    def to_run(self, j: int, stored) -> list:
+        """The prefixes to run before bucket ``j`` (none when it lacks none); ``stored(key)``: the store holds it."""
+        if all(key in self.held or stored(key) for key, _ in self.buckets[j]):
+            return []
+        picked: dict = {}
+        longest = 0
+        for k in range(j, len(self.buckets)):
+            for key, length in self.buckets[k]:
+                if key in picked or key in self.held or stored(key):
+                    continue
+                if k > j and (len(picked) + 1) * max(longest, length) > self.max_tokens:
+                    return list(picked)
+                picked[key] = self.ran_for[key] = k
+                longest = max(longest, length)
+        return list(picked)
+
+    def is_hit(self, key, j: int) -> bool:
+        """Whether a row of bucket ``j`` found its prefix computed before (stored, or run for an earlier bucket)."""
+        return self.ran_for.get(key) != j
+
+    def done(self, j: int) -> None:
+        """Bucket ``j`` is scored: let go of its prefixes (a later bucket reads them from the store, or runs them)."""
+        for key, _ in self.buckets[j]:
+            self.held.pop(key, None)
