@@ -232,12 +232,13 @@ def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Seq
     keys = [row_key(journal.config, row) for row in rows]
     pending: list[tuple[list[int], int]] = []  # (positions to score, size of their chunk)
     for chunk in chunks:
-        missing = [i for i in chunk if keys[i] not in journal.known]
+        missing, found = [], []
         for i in chunk:
-            if keys[i] in journal.known:
-                out[i] = Record.parse(journal.known[keys[i]], f"journal record {keys[i]}")
-        if len(missing) < len(chunk):
-            on_done([rows[i] for i in chunk if keys[i] in journal.known])
+            (found if keys[i] in journal.known else missing).append(i)
+        for i in found:
+            out[i] = Record.parse(journal.known[keys[i]], f"journal record {keys[i]}")
+        if found:
+            on_done([rows[i] for i in found])
         if missing:
             pending.append((missing, len(chunk)))
         else:

@@ -143,38 +143,19 @@ class _TextCache(OrderedDict):
         return value, False
 
 
-class _PromptCache(_TextCache):
-    """The prompts' _TextCache, keyed ``(text, image group keys)`` and indexed by image content key, so that
-    ``forget`` drops an image's prompts without scanning the others."""
+class _PromptCache(ByteLRU):
+    """The prompts, keyed ``(text, image group keys)``: an LRU of ``max_entries`` (each entry counts one) indexed
+    by image content key, so that ``forget`` drops an image's prompts without scanning the others."""
 
     def __init__(self, max_entries: int = TEXT_CACHE_ENTRIES):
-        super().__init__(max_entries)
-        self._by_digest: dict[str, set] = {}
+        super().__init__(max_entries, digests_of=_digests)
 
     def lookup(self, key, make):
         if key in self:
-            self.move_to_end(key)
-            return self[key], True
-        value = self[key] = make()
-        for digest in _digests(key):
-            self._by_digest.setdefault(digest, set()).add(key)
-        if len(self) > self.max_entries:
-            self._drop(next(iter(self)))
+            return self.get(key), True
+        value = make()
+        self.put(key, value, nbytes=1)
         return value, False
-
-    def forget(self, digests) -> None:
-        """Drop every prompt about these images."""
-        for digest in digests:
-            for key in list(self._by_digest.get(digest, ())):
-                self._drop(key)
-
-    def _drop(self, key) -> None:
-        del self[key]
-        for digest in _digests(key):
-            keys = self._by_digest[digest]
-            keys.discard(key)
-            if not keys:
-                del self._by_digest[digest]
 
 
 def _digests(prompt_key) -> set[str]:
