@@ -564,7 +564,7 @@ class HFVLMScorer:
                     continue
                 self._pending[key] = _preprocess_pool().submit(self.adapter.process_group, group)
 
-    def _window_buckets(self, rows: Sequence[Row], path: str, share: bool = False):
+    def _window_buckets(self, rows: Sequence[Row], path: str, share: bool):
         """(buckets, the window's held features) of each window of ``_windows``: the window cut into length-sorted
         buckets of ``batch_size`` rows, each bucket (row indices, rows, prepared rows)."""
         for window in self._windows(rows, path, share):
@@ -572,9 +572,9 @@ class HFVLMScorer:
             yield [([window[i][0] for i in chunk], [rows[window[i][0]] for i in chunk], [prepared[i] for i in chunk])
                    for chunk in self._buckets(prepared, self.batch_size)], {}
 
-    def _forward_chunks(self, rows: Sequence[Row], path: str, share: bool = False):
-        """(row indices, rows, prepared rows, the window's held features) of each forward."""
-        for buckets, held in self._window_buckets(rows, path, share):
+    def _forward_chunks(self, rows: Sequence[Row], path: str):
+        """(row indices, rows, prepared rows, the window's held features) of each forward over whole prompts."""
+        for buckets, held in self._window_buckets(rows, path, share=False):
             for indices, chunk_rows, chunk_prepared in buckets:
                 yield indices, chunk_rows, chunk_prepared, held
 
