@@ -650,8 +650,9 @@ class HFVLMScorer:
     # -- shared prefixes ------------------------------------------------------------------------
 
     def _prefix_stored(self, prepared: PreparedRow, mode: str) -> bool:
-        """Whether the row will be scored against a prefix the store holds (it then needs no image inputs)."""
-        return bool(prepared.prefix) and self.shares_prefixes and (mode, prepared.prefix) in self._prefixes
+        """Whether the store holds the row's prefix (on a path that shares prefixes, the row then needs no image
+        inputs)."""
+        return bool(prepared.prefix) and (mode, prepared.prefix) in self._prefixes
 
     def _prefix_kvs(self, prepared: Sequence[PreparedRow], rows: Sequence[Row], path: str,
                     held: dict | None) -> list[prefixes.PrefixKV]:
