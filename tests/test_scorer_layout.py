@@ -175,6 +175,7 @@ def test_rows_after_their_prefixes_keep_the_mask_of_their_whole_sequence(blocks,
         alone = allowed(collate([seq], pad_id=0), window=window)[0].numpy()
         columns = np.concatenate([np.arange(n), start + np.arange(len(seq) - n)])
         assert aligned.valid[i].sum() == len(seq) and list(aligned.ids[i, columns]) == seq.ids
+        np.testing.assert_array_equal(aligned.positions[:, i, columns], seq.positions)
         np.testing.assert_array_equal(ok[i][: len(seq) - n][:, columns].numpy(), alone[n:])
         assert not ok[i][: len(seq) - n][:, ~aligned.valid[i]].any()  # the gap and the padding are never seen
         # each target is read where the row alone reads it: the same input token, among the queries

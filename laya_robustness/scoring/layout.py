@@ -122,9 +122,13 @@ def collate(seqs: list[Packed], pad_id: int, prefix_lengths: list[int] | None = 
     out = Batch(np.full((b, s), pad_id, np.int64), np.zeros((b, s), bool), np.full((b, s), -1, np.int64),
                 np.zeros((b, s), np.int64), np.full((b, s), -1, np.int64), np.zeros((dims, b, s), np.int64))
     for i, (x, n) in enumerate(zip(seqs, prefix)):
-        columns = np.concatenate([np.arange(n), start + np.arange(len(x) - n)])
-        out.ids[i, columns], out.valid[i, columns], out.segments[i, columns] = x.ids, True, x.segments
-        out.logical[i, columns], out.blocks[i, columns], out.positions[:, i, columns] = x.logical, x.blocks, x.positions
+        end = start + len(x) - n  # (columns, tokens) slices: one run, or the prefix and the rest after the gap
+        runs = [(slice(0, end), slice(None))] if n == start else [(slice(0, n), slice(0, n)),
+                                                                  (slice(start, end), slice(n, None))]
+        for to, of in runs:
+            out.ids[i, to], out.valid[i, to], out.segments[i, to] = x.ids[of], True, x.segments[of]
+            out.logical[i, to], out.blocks[i, to] = x.logical[of], x.blocks[of]
+            out.positions[:, i, to] = x.positions[:, of]
     return out
 
 

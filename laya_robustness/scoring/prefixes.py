@@ -65,7 +65,9 @@ def batch_cache(prefixes: Sequence[PrefixKV]):
 
     def stacked(layer: int, which: int):
         parts = [p.layers[layer][which] for p in prefixes]
-        return torch.cat([F.pad(t, (0, 0, 0, longest - t.shape[2])) for t in parts]) if len(parts) > 1 else parts[0]
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([t if t.shape[2] == longest else F.pad(t, (0, 0, 0, longest - t.shape[2])) for t in parts])
 
     return DynamicCache([(stacked(i, 0), stacked(i, 1)) for i in range(len(prefixes[0].layers))])
 
