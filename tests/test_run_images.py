@@ -1,6 +1,7 @@
 """The run's image store and the rows whose images wait in it: bounded by bytes, each sampled image decoded once
 at load, variants rebuilt when let go, and the same content keys, rows and fingerprints as decoded rows."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ from PIL import Image
 import laya_robustness.families as families
 from laya_robustness.families import Family, build_variants, get_family
 from laya_robustness.fixtures.bench import write_photo_rows
-from laya_robustness.rows import PendingImage, RowError, image_digest
+from laya_robustness.rows import PendingImage, Row, RowError, image_digest
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.fingerprints import data_fingerprint
 from laya_robustness.run.images import ImageStore, image_bytes, rows_with_pixels
@@ -238,3 +239,14 @@ def test_a_ray_actor_tells_its_loaded_scorer_to_forget_images():
     actor._scoring("rows")  # loaded, as prepare() does on the actor
     actor.forget_images("rows", ["d1"])
     assert forgotten == [["d1"]]
+
+
+def test_replaced_is_dataclasses_replace():
+    row = Row("r1", "d", "g", "c", (), "Which?", ("a", "b"), 0, meta={"k": 1}, display_order=(1, 0))
+    for changes in ({"images": (_image(1),)}, {"label": 1, "family": "text", "variant": "v"}, {}):
+        fast, slow = row.replaced(**changes), dataclasses.replace(row, **changes)
+        assert type(fast) is Row and fast is not row
+        assert {f.name: getattr(fast, f.name) for f in dataclasses.fields(Row)} == \
+            {f.name: getattr(slow, f.name) for f in dataclasses.fields(Row)}
+    with pytest.raises(TypeError, match="no field colour"):
+        row.replaced(colour="red")

@@ -152,8 +152,7 @@ def rows_with_pixels(rows: Sequence[Row]) -> list[Row]:
         have.update(images)
     for digest, im in waiting.items():
         remember_digest(im.source.pick(have, digest) if digest not in have else have[digest], digest)
-    return [dataclasses.replace(r, images=tuple(have[im.digest] if isinstance(im, PendingImage) else im
-                                                for im in r.images))
+    return [r.replaced(images=tuple(have[im.digest] if isinstance(im, PendingImage) else im for im in r.images))
             if any(isinstance(im, PendingImage) for im in r.images) else r for r in rows]
 
 

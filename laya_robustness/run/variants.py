@@ -18,7 +18,6 @@ rows, so the records and the journal keys are the same.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from typing import Sequence
 
@@ -55,7 +54,7 @@ def _waiting(variant: Row, source_row: Row, source: ImageSource) -> Row:
     passed = {im.digest: im for im in source_row.images if isinstance(im, PendingImage)}
     images = tuple(im if isinstance(im, PendingImage) else passed.get(image_digest(im)) or source.waiting(im)
                    for im in variant.images)
-    return dataclasses.replace(variant, images=images)
+    return variant.replaced(images=images)
 
 
 def variant_digests(row: Row) -> list[str]:
