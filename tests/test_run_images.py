@@ -3,12 +3,15 @@ at load, variants rebuilt when let go, and the same content keys, rows and finge
 
 import dataclasses
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
 from PIL import Image
 
 import laya_robustness.families as families
+import laya_robustness.run.images as images
 from laya_robustness.families import Family, build_variants, get_family
 from laya_robustness.fixtures.bench import write_photo_rows
 from laya_robustness.rows import PendingImage, Row, RowError, image_digest
@@ -239,6 +242,30 @@ def test_a_ray_actor_tells_its_loaded_scorer_to_forget_images():
     actor._scoring("rows")  # loaded, as prepare() does on the actor
     actor.forget_images("rows", ["d1"])
     assert forgotten == [["d1"]]
+
+
+def test_a_streamed_map_keeps_the_order_and_at_most_ahead_results_under_way(monkeypatch):
+    monkeypatch.setattr(images, "BUILD_THREADS", 2)
+    lock, started, taken, most = threading.Lock(), [], [0], [0]
+
+    def work(x):
+        with lock:
+            started.append(x)
+            most[0] = max(most[0], len(started) - taken[0])  # under way or waiting, not yet taken
+        return x * x
+
+    out = []
+    for y in images.streamed_map(work, list(range(20)), ahead=3):
+        out.append(y)
+        taken[0] += 1
+    assert out == [x * x for x in range(20)] and most[0] <= 3
+
+    started.clear()
+    stream = images.streamed_map(work, list(range(20)), ahead=3)
+    assert next(stream) == 0
+    stream.close()  # the caller stops: what was not started is cancelled, nothing more starts
+    time.sleep(0.05)
+    assert len(started) <= 4
 
 
 def test_replaced_is_dataclasses_replace():

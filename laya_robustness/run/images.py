@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from PIL import Image
 
@@ -126,14 +127,43 @@ class ImageSource:
         return images[digest]
 
 
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="laya-images"))
+    return _POOL[0]
+
+
 def parallel_map(fn: Callable, items: Sequence) -> list:
     """``[fn(x) for x in items]``, side by side on a thread pool when there are several (decoding and image work
     in Pillow and numpy release the GIL)."""
     if len(items) < 2 or BUILD_THREADS < 2:
         return [fn(x) for x in items]
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="laya-images"))
-    return list(_POOL[0].map(fn, items))
+    return list(_pool().map(fn, items))
+
+
+def streamed_map(fn: Callable, items: Sequence, ahead: int) -> Iterator:
+    """``fn(x) for x in items``, in order, on the thread pool with at most ``ahead`` results under way or waiting
+    to be taken: the pool goes on with the next items while the caller takes one, and what is held at once stays
+    ``ahead`` results whatever the number of items. The calls not started when the caller stops are cancelled.
+
+    >>> list(streamed_map(lambda x: x * x, range(10), ahead=3))
+    [0, 1, 4, 9, 16, 25, 36, 49, 64, 81]
+    """
+    if len(items) < 2 or BUILD_THREADS < 2 or ahead < 2:
+        yield from (fn(x) for x in items)
+        return
+    pool, rest = _pool(), iter(items)
+    pending = deque(pool.submit(fn, x) for _, x in zip(range(ahead), rest))
+    try:
+        while pending:
+            result = pending.popleft().result()
+            for x in rest:  # one more under way before the caller takes this one
+                pending.append(pool.submit(fn, x))
+                break
+            yield result
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 def rows_with_pixels(rows: Sequence[Row]) -> list[Row]:

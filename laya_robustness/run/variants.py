@@ -7,8 +7,10 @@ Three rules, by what the family's declaration says:
   the text families, image_shuffle's donors and option_set's borrowed distractors do) is built once over the
   whole dataset on rows whose images wait: its rows carry the source images' PendingImages;
 - a row-wise family that reads pixels (the image families) is built one source row at a time, a few side by
-  side; each new image is keyed, held in the store while there is room and then let go, and a chunk that
-  finds it gone rebuilds that source row's variants (its ``ImageSource``);
+  side on the build threads, which also key the new images (a bounded stream, ``images.streamed_map``: no more
+  than ``BUILD_WINDOW_ROWS`` source rows' variants are held before they are keyed and stored); each new image
+  is held in the store while there is room and then let go, and a chunk that finds it gone rebuilds that
+  source row's variants (its ``ImageSource``);
 - a family that reads pixels and is not row-wise cannot be rebuilt row by row: it is built over the whole
   dataset with every image decoded, and its images are held until it is scored (its memory grows with the data).
 
@@ -23,9 +25,9 @@ from typing import Sequence
 
 from laya_robustness.families import BUILD_THREADS, build_variants, get_family
 from laya_robustness.rows import PendingImage, Row, image_digest
-from laya_robustness.run.images import ImageSource, ImageStore, decoded_bytes, parallel_map
+from laya_robustness.run.images import ImageSource, ImageStore, decoded_bytes, streamed_map
 
-#: Source rows of a pixel family built side by side at once (their variants are held together until keyed).
+#: Source rows of a pixel family under way at once on the build threads (their variants held until stored).
 BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
 
 
@@ -36,12 +38,20 @@ def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore
     if not family.reads_pixels or not family.row_wise:
         return build_variants(name, rows, seed)
     out: list[Row] = []
-    for start in range(0, len(rows), BUILD_WINDOW_ROWS):
-        window = rows[start:start + BUILD_WINDOW_ROWS]
-        for row, variants in zip(window, parallel_map(lambda r: build_variants(name, [r], seed), window)):
-            source = ImageSource(store, _rebuild(name, row, seed), f"{name} of row {row.row_id!r}", keep=False)
-            out += [_waiting(variant, row, source) for variant in variants]
+    for row, variants in zip(rows, streamed_map(lambda r: _keyed(build_variants(name, [r], seed)), rows,
+                                                BUILD_WINDOW_ROWS)):
+        source = ImageSource(store, _rebuild(name, row, seed), f"{name} of row {row.row_id!r}", keep=False)
+        out += [_waiting(variant, row, source) for variant in variants]
     return out
+
+
+def _keyed(variants: list[Row]) -> list[Row]:
+    """``variants`` with each image's content key taken (``image_digest`` memoises it on the image), on the build
+    thread that made them rather than on the thread that stores them."""
+    for variant in variants:
+        for image in variant.images:
+            image_digest(image)
+    return variants
 
 
 def _rebuild(name: str, row: Row, seed: int):
