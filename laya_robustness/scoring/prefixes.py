@@ -36,21 +36,29 @@ def shared_length(ids: Sequence[int], blocks: np.ndarray, image_token_id: int) -
 
 @dataclass(frozen=True)
 class PrefixKV:
-    """A prefix's keys and values, one (key, value) pair of (1, kv_heads, length, head_dim) tensors per layer."""
+    """A prefix's keys and values in one tensor of (2 x layers, kv_heads, length, head_dim): ``kv[2 * i]`` the keys
+    and ``kv[2 * i + 1]`` the values of layer i (one copy a prefix, and one stack a batch, whatever the layers)."""
 
     length: int
-    layers: tuple
+    kv: object  # torch.Tensor
 
     @property
     def nbytes(self) -> int:
-        return sum(t.element_size() * t.nelement() for pair in self.layers for t in pair)
+        return self.kv.element_size() * self.kv.nelement()
+
+    @property
+    def layers(self) -> tuple:
+        """(keys, values) of (1, kv_heads, length, head_dim) per layer: views of ``kv``."""
+        return tuple((self.kv[i, None], self.kv[i + 1, None]) for i in range(0, self.kv.shape[0], 2))
 
     @classmethod
     def from_cache(cls, cache, row: int, length: int) -> "PrefixKV":
-        """Row ``row``'s first ``length`` positions of a forward's ``DynamicCache`` (copied: the batch's tensors
-        are not kept alive by it)."""
-        return cls(length, tuple((layer.keys[row:row + 1, :, :length].clone(),
-                                  layer.values[row:row + 1, :, :length].clone()) for layer in cache.layers))
+        """Row ``row``'s first ``length`` positions of a forward's ``DynamicCache``, copied into a tensor of its own (the
+        batch's tensors are not kept alive by it)."""
+        import torch
+
+        return cls(length, torch.stack([t[row, :, :length] for layer in cache.layers
+                                        for t in (layer.keys, layer.values)]))
 
 
 def batch_cache(prefixes: Sequence[PrefixKV]):
@@ -62,14 +70,9 @@ def batch_cache(prefixes: Sequence[PrefixKV]):
     from transformers import DynamicCache
 
     longest = max(p.length for p in prefixes)
-
-    def stacked(layer: int, which: int):
-        parts = [p.layers[layer][which] for p in prefixes]
-        if len(parts) == 1:
-            return parts[0]
-        return torch.cat([t if t.shape[2] == longest else F.pad(t, (0, 0, 0, longest - t.shape[2])) for t in parts])
-
-    return DynamicCache([(stacked(i, 0), stacked(i, 1)) for i in range(len(prefixes[0].layers))])
+    parts = [p.kv if p.length == longest else F.pad(p.kv, (0, 0, 0, longest - p.length)) for p in prefixes]
+    both = parts[0][:, None] if len(parts) == 1 else torch.stack(parts, dim=1)  # (2 x layers, batch, heads, S, dim)
+    return DynamicCache([(both[i], both[i + 1]) for i in range(0, both.shape[0], 2)])
 
 
 class WindowPrefixes:
