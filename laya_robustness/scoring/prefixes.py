@@ -46,11 +46,6 @@ class PrefixKV:
     def nbytes(self) -> int:
         return self.kv.element_size() * self.kv.nelement()
 
-    @property
-    def layers(self) -> tuple:
-        """(keys, values) of (1, kv_heads, length, head_dim) per layer: views of ``kv``."""
-        return tuple((self.kv[i, None], self.kv[i + 1, None]) for i in range(0, self.kv.shape[0], 2))
-
     @classmethod
     def from_cache(cls, cache, row: int, length: int) -> "PrefixKV":
         """Row ``row``'s first ``length`` positions of a forward's ``DynamicCache``, copied into a tensor of its own (the
