@@ -41,7 +41,8 @@ def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore
     for row, variants in zip(rows, streamed_map(lambda r: _keyed(build_variants(name, [r], seed)), rows,
                                                 BUILD_WINDOW_ROWS)):
         source = ImageSource(store, _rebuild(name, row, seed), f"{name} of row {row.row_id!r}", keep=False)
-        out += [_waiting(variant, row, source) for variant in variants]
+        passed = {im.digest: im for im in row.images if isinstance(im, PendingImage)}
+        out += [_waiting(variant, passed, source) for variant in variants]
     return out
 
 
@@ -58,10 +59,9 @@ def _rebuild(name: str, row: Row, seed: int):
     return lambda: [im for variant in build_variants(name, [row], seed) for im in variant.images]
 
 
-def _waiting(variant: Row, source_row: Row, source: ImageSource) -> Row:
+def _waiting(variant: Row, passed: dict[str, PendingImage], source: ImageSource) -> Row:
     """``variant`` with its new images waiting in the store (an image passed through from its source row keeps
-    the source's PendingImage)."""
-    passed = {im.digest: im for im in source_row.images if isinstance(im, PendingImage)}
+    the source's PendingImage, ``passed`` by content key)."""
     images = tuple(im if isinstance(im, PendingImage) else passed.get(image_digest(im)) or source.waiting(im)
                    for im in variant.images)
     return variant.replaced(images=images)
