@@ -12,6 +12,7 @@ from PIL import Image
 
 import laya_robustness.families as families
 import laya_robustness.run.images as images
+import laya_robustness.run.variants as variants_module
 from laya_robustness.families import Family, build_variants, get_family
 from laya_robustness.fixtures.bench import write_photo_rows
 from laya_robustness.rows import PendingImage, Row, RowError, image_digest
@@ -76,14 +77,23 @@ def test_an_image_that_does_not_decode_stops_the_load(photos):
         load_source_rows(photos, 0, seed=0, store=ImageStore())
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("family", ["image", "pad_crop", "text", "image_shuffle"])
-def test_a_familys_waiting_variants_are_its_variants(photos, family):
+def test_a_familys_waiting_variants_are_its_variants(photos, family, threads, monkeypatch):
     """With a store that holds two images, the image families' variants are let go as they are built and rebuilt
-    when their rows are given pixels: the same rows as building on decoded rows, and never more held."""
+    when their rows are given pixels: the same rows as building on decoded rows, and never more held, whether
+    built on one thread (small images) or on the build threads (from PARALLEL_BUILD_MIN_PIXELS a row)."""
+    monkeypatch.setattr(images, "BUILD_THREADS", 2)
+    monkeypatch.setattr(variants_module, "PARALLEL_BUILD_MIN_PIXELS", 1 if threads > 1 else 10**9)
+    streamed = []
+    monkeypatch.setattr(variants_module, "streamed_map",
+                        lambda fn, items, ahead: streamed.append(ahead) or images.streamed_map(fn, items, ahead))
     decoded = load_source_rows(photos, 0, seed=0)["photos"]
     store = ImageStore(max_bytes=2 * image_bytes(_image(0)))
     waiting = load_source_rows(photos, 0, seed=0, store=store)["photos"]
     variants = family_variants(family, waiting, seed=3, store=store)
+    if get_family(family).reads_pixels:
+        assert streamed == [variants_module.BUILD_WINDOW_ROWS if threads > 1 else 1]
     expected = build_variants(family, decoded, seed=3)
     assert [row_key("c", v) for v in variants] == [row_key("c", v) for v in expected]
     assert [_content(v) for v in rows_with_pixels(variants)] == [_content(v) for v in expected]
