@@ -153,6 +153,40 @@ def test_a_prefix_store_too_small_for_one_prefix_changes_nothing_but_the_prefixe
     assert roomy.stats["prefix_hits"] > 0  # later forwards read their image's prefix from the store
 
 
+def test_shared_buckets_sort_by_the_tokens_after_the_prefix_and_keep_rows_without_one_apart():
+    import numpy as np
+
+    from laya_robustness.scoring import layout
+    from laya_robustness.scoring.hf import HFVLMScorer, PreparedRow
+
+    def row(n: int, prefix_length: int = 0) -> PreparedRow:
+        prompt = layout.Prompt(tuple(range(n)), np.arange(n)[None], np.zeros(n, np.int64))
+        return PreparedRow(f"r{n}", prompt, (), ((7, 8),), prefix_length, ("p", n) if prefix_length else None)
+
+    # whole sequences (prompt + 1 option token): 10, 6, 8, 7 and 13 tokens; after the prefix: 4, -, 7, -, 3
+    prepared = [row(9, 6), row(5), row(7, 1), row(6), row(12, 10)]
+    assert HFVLMScorer._buckets(prepared, 2) == [[1, 3], [2, 0], [4]]
+    assert HFVLMScorer._buckets(prepared, 2, share=True) == [[4, 0], [2], [1, 3]]
+
+
+def test_a_call_of_rows_with_and_without_images_runs_one_forward_a_bucket(embedded_scorer, fixture_rows):
+    """Rows without an image have no prefix to share: they are bucketed apart from the rows that share one, so no
+    bucket runs two forwards; the logits are those of the unshared path."""
+    from laya_robustness.scoring.hf import HFVLMScorer
+
+    with_images = fixture_rows["colour_choice"][:3]
+    rows = [r for pair in zip(with_images, build_variants("text_only", with_images, seed=0)) for r in pair]
+    fresh = HFVLMScorer(embedded_scorer.model, embedded_scorer.processor, batch_size=4)
+    prepared = [fresh.prepare(r) for r in rows]
+    assert sum(bool(p.prefix) for p in prepared) == 3
+    for a, b in zip(fresh.score_batch(rows), embedded_scorer.score_batch_unshared(rows), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    assert fresh.stats["prefixes"] == len({r.cluster for r in with_images})
+    # one bucket of the 3 rows with a prefix (after one forward of their prefixes) and one of the 3 without; mixed
+    # in buckets of 4, a bucket would hold both kinds and run two forwards (4 in all)
+    assert fresh.stats["forwards"] == 1 + 1 + 1
+
+
 def test_new_images_prefixes_run_ahead_in_forwards_of_a_buckets_tokens(embedded_scorer, fixture_rows):
     """Rows about new images (the image family's variants): the buckets' prefixes run ahead, as many a forward as
     fit a bucket of the call's longest rows, so the call runs its buckets and a few prefix forwards, not two
@@ -174,7 +208,7 @@ def test_new_images_prefixes_run_ahead_in_forwards_of_a_buckets_tokens(embedded_
     assert fresh.stats["prefixes"] == distinct
     assert fresh.stats["forwards"] == buckets + -(-distinct // per_forward) < 2 * buckets
     first: dict = {}
-    bucket_of = {i: j for j, bucket in enumerate(fresh._buckets(prepared, 4)) for i in bucket}
+    bucket_of = {i: j for j, bucket in enumerate(fresh._buckets(prepared, 4, share=True)) for i in bucket}
     for i in sorted(bucket_of, key=bucket_of.get):
         first.setdefault(prepared[i].prefix, bucket_of[i])
     # a hit: a row of a later bucket than the one its prefix first ran for

@@ -503,11 +503,25 @@ class HFVLMScorer:
             raise ScoringError(self.identity.get("model", type(self.model).__name__),
                                [r.row_id for r in rows], exc) from exc
 
-    def _buckets(self, prepared: Sequence[PreparedRow], rows_per_forward: int) -> list[list[int]]:
-        """Row indices in forwards of ``rows_per_forward``, sorted by sequence length (stable)."""
-        length = [len(p.prompt.ids) + sum(len(o) - 1 for o in p.options) for p in prepared]
-        order = sorted(range(len(prepared)), key=lambda i: length[i])
-        return [order[i:i + rows_per_forward] for i in range(0, len(order), rows_per_forward)]
+    @staticmethod
+    def _buckets(prepared: Sequence[PreparedRow], rows_per_forward: int, share: bool = False) -> list[list[int]]:
+        """Row indices in forwards of ``rows_per_forward``, sorted (stable) by the tokens each row's forward
+        computes: its whole one-pass sequence, or with ``share`` the tokens after the prefix of a row that has one
+        (then its prefix length breaks ties). With ``share``, the rows with a prefix and those without, which run
+        in separate forwards, are bucketed apart: a bucket holding both would cost two forwards."""
+        def computed(i: int) -> tuple[int, int]:
+            p = prepared[i]
+            after = p.prefix_length if share and p.prefix else 0
+            return p.alone_tokens - after, after
+
+        everything = range(len(prepared))
+        groups = ([[i for i in everything if prepared[i].prefix], [i for i in everything if not prepared[i].prefix]]
+                  if share else [everything])
+        out = []
+        for group in groups:
+            order = sorted(group, key=computed)
+            out += [order[i:i + rows_per_forward] for i in range(0, len(order), rows_per_forward)]
+        return out
 
     def _windows(self, rows: Sequence[Row], path: str, share: bool) -> Iterator[list[tuple[int, PreparedRow]]]:
         """(index, prepared row) in row order, in windows whose pixels still to encode fit half the pixel cache
@@ -570,7 +584,7 @@ class HFVLMScorer:
         for window in self._windows(rows, path, share):
             prepared = [p for _, p in window]
             yield [([window[i][0] for i in chunk], [rows[window[i][0]] for i in chunk], [prepared[i] for i in chunk])
-                   for chunk in self._buckets(prepared, self.batch_size)], {}
+                   for chunk in self._buckets(prepared, self.batch_size, share)], {}
 
     def _forward_chunks(self, rows: Sequence[Row], path: str):
         """(row indices, rows, prepared rows, the window's held features) of each forward over whole prompts."""
