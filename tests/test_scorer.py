@@ -154,8 +154,6 @@ def test_a_prefix_store_too_small_for_one_prefix_changes_nothing_but_the_prefixe
 
 
 def test_shared_buckets_sort_by_the_tokens_after_the_prefix_and_keep_rows_without_one_apart():
-    import numpy as np
-
     from laya_robustness.scoring import layout
     from laya_robustness.scoring.hf import HFVLMScorer, PreparedRow
 

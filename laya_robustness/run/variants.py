@@ -9,9 +9,9 @@ Three rules, by what the family's declaration says:
 - a row-wise family that reads pixels (the image families) is built one source row at a time, a few side by
   side on the build threads when the images are large enough to gain from it (``PARALLEL_BUILD_MIN_PIXELS``),
   which also key the new images (a bounded stream, ``images.streamed_map``: no more than ``BUILD_WINDOW_ROWS``
-  source rows' variants are held before they are keyed and stored); each new image
-  is held in the store while there is room and then let go, and a chunk that finds it gone rebuilds that
-  source row's variants (its ``ImageSource``);
+  source rows' variants are held before they are keyed and stored); each new image is held in the store while
+  there is room and then let go, and a chunk that finds it gone rebuilds that source row's variants (its
+  ``ImageSource``);
 - a family that reads pixels and is not row-wise cannot be rebuilt row by row: it is built over the whole
   dataset with every image decoded, and its images are held until it is scored (its memory grows with the data).
 
