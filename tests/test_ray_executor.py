@@ -2,8 +2,10 @@
 by address (the multi-node path in miniature), started once for the module and stopped at its end."""
 
 import gzip
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,17 +42,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: The other trained tiny SmolVLM: the head's working folder holds it as ``mymodel`` (see ``ray_head``).
+OTHER_MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm-seed2"
+
+
 @pytest.fixture(scope="module")
 def ray_head():
     """The address of a one-node cluster (2 CPUs) started with `ray start --head --block`, stopped on SIGTERM
-    (its folder is short: Ray's socket paths inside it must stay under 108 characters)."""
+    (its folder is short: Ray's socket paths inside it must stay under 108 characters). It is started in that
+    folder, which holds another checkpoint as ``mymodel``: where an actor resolves a relative path, it finds that."""
     port = _free_port()
     temp = Path(tempfile.mkdtemp(prefix="ray-"))
+    shutil.copytree(OTHER_MODEL, temp / "mymodel")
     cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
            "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false", "--temp-dir", str(temp),
            "--disable-usage-stats"]
     log = (temp / "head.log").open("w")
-    head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=temp)
     deadline = time.monotonic() + 90
     while "Ray runtime started" not in (temp / "head.log").read_text():
         assert head.poll() is None and time.monotonic() < deadline, (temp / "head.log").read_text()
@@ -231,6 +239,64 @@ def test_a_killed_controller_resumes_with_resume(project, local, ray_head, tmp_p
     assert 0 < journaled < total
     assert sum(int(n) for n in counts.read_text().split()) == total - journaled  # only the rest was scored
     assert (project / "resumed" / "predictions.jsonl.gz").read_bytes() == (local / "predictions.jsonl.gz").read_bytes()
+
+
+def _weights(report: Path) -> dict:
+    return json.loads((report / "summary.json").read_text())["meta"]["model"]["weights_sha256"]
+
+
+#: A small real-model run: the embedded rows, one text family, no invariance (the models are what is checked).
+EMBEDDED_RUN = ("--scorer", "hf", "--data", str(ROOT / "laya_fixtures" / "rows"), "--thresholds",
+                str(ROOT / "thresholds.toml"), "--rows-per-set", "2", "--families", "text", "--dual-model", "none",
+                "-k", "not (snapshot or benchmark or gpu or invariance)")
+
+
+def test_a_relative_model_is_the_one_the_front_end_finds_not_one_in_the_heads_folder(project, ray_head, tmp_path):
+    """``--model mymodel`` given in a folder that holds it, under a rootdir that does not: the actors load that
+    directory, not the ``mymodel`` of the folder the head was started in (another model)."""
+    here = tmp_path / "here"
+    shutil.copytree(ROOT / "laya_fixtures" / "tiny-smolvlm", here / "mymodel")
+    cmd = [sys.executable, "-m", "pytest", str(project / "robustness_tests"), "-c", str(project / "pytest.ini"),
+           "--model", "mymodel", *EMBEDDED_RUN, "--report-dir", str(tmp_path / "report"), "--executor", "ray",
+           "--ray-address", ray_head]
+    env = {**os.environ, "PYTHONPATH": str(TESTS), JOB_CONFIG: job_env()}
+    done = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    embedded = hashlib.sha256((here / "mymodel" / "model.safetensors").read_bytes()).hexdigest()
+    assert _weights(tmp_path / "report") == {"model.safetensors": embedded}
+
+
+def _hub_cache(folder: Path, repo: str, checkpoint: Path) -> Path:
+    """A Hugging Face hub cache in ``folder`` holding ``checkpoint`` as ``repo``'s main revision."""
+    revision = hashlib.sha1(str(checkpoint).encode()).hexdigest()
+    entry = folder / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(checkpoint, entry / "snapshots" / revision)
+    (entry / "refs").mkdir()
+    (entry / "refs" / "main").write_text(revision)
+    return folder
+
+
+def test_actors_that_load_other_weights_than_the_front_end_found_stop_the_run_naming_both(project, ray_head,
+                                                                                           tmp_path):
+    """A hub id that this machine's cache and the actors' cache hold at different weights (nodes with caches of
+    different revisions): exit 3 before any row is scored, naming both weights' hashes and the node."""
+    repo = "laya-tests/tiny-smolvlm"
+    mine = _hub_cache(tmp_path / "front", repo, ROOT / "laya_fixtures" / "tiny-smolvlm")
+    theirs = _hub_cache(tmp_path / "actors", repo, OTHER_MODEL)
+    cmd = [sys.executable, "-m", "pytest", "robustness_tests", "--model", repo, *EMBEDDED_RUN, "--report-dir",
+           "other-weights", "--executor", "ray", "--ray-address", ray_head]
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "HF_HUB_CACHE": str(mine), "HF_HUB_OFFLINE": "1",
+           JOB_CONFIG: job_env(HF_HUB_CACHE=str(theirs), HF_HUB_OFFLINE="1")}
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 3, out
+    short = {p.name: hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest()[:12]
+             for p in (ROOT / "laya_fixtures" / "tiny-smolvlm", OTHER_MODEL)}
+    assert re.search(rf"the actor on node [\d.]+ loaded rows model '{repo}' with weights model.safetensors "
+                     rf"{short[OTHER_MODEL.name]}, but the model this run resolved has weights model.safetensors "
+                     rf"{short['tiny-smolvlm']}", out), out
+    assert "1 failed" in out  # the run stopped at its first test: nothing can be scored on those weights
+    assert not (project / "other-weights" / "predictions.jsonl.gz").exists()
 
 
 def test_an_unreachable_cluster_is_exit_3_before_any_test_naming_the_address(project):

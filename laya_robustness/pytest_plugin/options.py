@@ -325,6 +325,18 @@ def resolve(config: pytest.Config, text: str) -> Path:
     return path if path.is_absolute() else config.rootpath / path
 
 
+def checkpoint(config: pytest.Config, text: str) -> str:
+    """The model ``text`` names, as every process of the run loads it: a local directory as an absolute path
+    (relative to the rootdir, else to the folder pytest was started in, where ``from_pretrained`` looks), else
+    ``text`` itself (a hub id). Absolute, so a Ray actor started in another folder loads the same directory."""
+    path = Path(text).expanduser()
+    for base in (config.rootpath, config.invocation_params.dir):
+        local = path if path.is_absolute() else Path(base) / path
+        if local.exists():
+            return str(local)
+    return text
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every option of a gate run, parsed and validated (paths resolved against the rootdir)."""
@@ -408,16 +420,14 @@ def read_settings(config: pytest.Config) -> Settings:
         model_name = model_name if given(config, "--model") else AUTO_MODEL
         model = None if model_name == AUTO_MODEL else model_name
     else:
-        local = resolve(config, model_name)
-        model = str(local) if local.exists() else model_name  # else a hub id
+        model = checkpoint(config, model_name)
     data = resolve(config, values.pop("data"))
     # the weights behind a server are not known: auto applies no overlay to a served model
     limitations = resolve_limitations(values.pop("limitations"), None if served else model, data,
                                       root=config.rootpath)
     dual = values.pop("dual_model")
     if dual not in ("auto", "none"):
-        local_dual = resolve(config, dual)
-        dual = str(local_dual) if local_dual.exists() else dual
+        dual = checkpoint(config, dual)
     paraphrases = values.pop("paraphrases")
     for field in ("rephrasings", "translations"):
         values[field] = None if values[field] == "none" else resolve(config, values[field])

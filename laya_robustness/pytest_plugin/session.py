@@ -41,7 +41,7 @@ from laya_robustness.run.invariance import (
 )
 from laya_robustness.run.journal import JOURNAL_DIR, open_journal
 from laya_robustness.run.lock import Lease, RunIdentity, claim, release
-from laya_robustness.run.models import identity_key, is_dual_encoder, load_source_scorer
+from laya_robustness.run.models import expected_weights, identity_key, is_dual_encoder, load_source_scorer
 from laya_robustness.run.scoring import Scoring, executor_for, score_journaled, scoring_chunks
 from laya_robustness.run.variants import VariantImages, family_variants
 from laya_robustness.scoring.base import answers_in_text
@@ -272,11 +272,13 @@ class RobustnessSession:
         self.connect_cluster()
         s, on = self.settings, actor_device(device)
         loads = {"rows": partial(load_scoring, s, s.model, on, self.model_is_dual)}
+        expected = {"rows": expected_weights(s.model, "hf" if self.model_is_dual else s.scorer)}
         if self.dual_model is not None:
             loads["captions"] = partial(load_scoring, s, self.dual_model, on, True)
+            expected["captions"] = expected_weights(self.dual_model, "hf")
         gpus = device.startswith("cuda")
         return RayActorPool(loads, on, self.cluster.actor_count(s.ray_actors, gpus), gpus,
-                            f"the Ray actors at {s.ray_address}")
+                            f"the Ray actors at {s.ray_address}", expected)
 
     def executor_meta(self, device: str) -> dict | None:
         """Where the scoring of ``device`` ran, for the reports' meta: None when in this process (the executor

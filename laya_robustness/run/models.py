@@ -35,6 +35,23 @@ def is_dual_encoder(name_or_path: str) -> bool:
     return model_type(name_or_path) in DUAL_ENCODER_TYPES
 
 
+def expected_weights(model: str | None, scorer: str) -> dict[str, str] | None:
+    """The sha256 of each weight file of ``model`` as this machine finds it (``weights_sha256`` of the identity
+    a scorer loading it reports), or None where this machine cannot tell: a served model or a plug-in
+    (``scorer`` other than hf), or a hub id missing from the local cache. A Ray run checks its actors' weights
+    against these before any row is scored."""
+    if model is None or scorer != "hf":
+        return None
+    from laya_robustness.scoring.base import ModelLoadError
+    from laya_robustness.scoring.loading import resolve_checkpoint, weight_hashes
+
+    try:
+        local = resolve_checkpoint(model)
+    except ModelLoadError:  # the actors will fail to load it as well, saying why
+        return None
+    return weight_hashes(local) if local is not None else None
+
+
 def identity_key(device: str, source: str) -> str:
     """Where a scorer's identity is kept: the device for the question model, ``<device>/dual`` for captions."""
     return device if source == "rows" else f"{device}/dual"

@@ -67,10 +67,11 @@ class RayActorPool:
     ``device``, one GPU each when ``gpus``, else one CPU; ``label`` names the pool in errors."""
 
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str, n_actors: int, gpus: bool,
-                 label: str):
+                 label: str, expected: Mapping[str, dict | None] | None = None):
         import ray
 
         self.label, self.device, self.replaced = label, device, 0
+        self.expected = dict(expected or {})  # source -> the weights' sha256 this machine found (None: unknown)
         options = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_restarts": 0, "max_task_retries": 0}
         self._actor_class = ray.remote(**options)(ScoringActor)
         self._loads = dict(loads)
@@ -97,9 +98,20 @@ class RayActorPool:
         self._check_same_models()
 
     def _check_same_models(self) -> None:
+        """Every actor loaded the same ``source`` model, with the weights this machine found where it found them;
+        HarnessError naming the nodes and both weights' hashes otherwise (before any row is scored)."""
         for source in self.sources:
-            identities = {repr(sorted(s.where["identities"][source].items())): s.where["node"]
-                          for s in self.slots if s.where and source in s.where["identities"]}
+            loaded = [(s.where["node"], s.where["identities"][source]) for s in self.slots
+                      if s.where and source in s.where["identities"]]
+            expected = self.expected.get(source)
+            for node, identity in loaded:
+                if expected is not None and identity.get("weights_sha256") != expected:
+                    raise HarnessError(
+                        f"{self.label}: the actor on node {node} loaded {source} model {identity.get('model')!r} with "
+                        f"weights {short_hashes(identity.get('weights_sha256'))}, but the model this run resolved "
+                        f"has weights {short_hashes(expected)}: give --model as a path every node reads the same "
+                        "checkpoint at (absolute, on shared storage) or a hub id", stops_run=True)
+            identities = {repr(sorted(identity.items())): node for node, identity in loaded}
             if len(identities) > 1:
                 raise HarnessError(f"{self.label}: the actors loaded different {source} models (nodes "
                                    f"{sorted(identities.values())}): every node must see the same checkpoint")
@@ -240,6 +252,15 @@ class SourceExecutor:
         for them: no shard in flight asks for them). Not waited for: an actor runs its calls in the order sent."""
         for slot in self.pool.slots:
             slot.actor.forget_images.remote(self.source, list(digests))
+
+
+def short_hashes(hashes: Mapping[str, str] | None) -> str:
+    """Weight files and the first 12 hex digits of their sha256, for a message.
+
+    >>> short_hashes({"model.safetensors": "126f6bd57d3bc0166a3e"})
+    'model.safetensors 126f6bd57d3b'
+    """
+    return ", ".join(f"{name} {digest[:12]}" for name, digest in sorted((hashes or {}).items())) or "(none found)"
 
 
 def _load_error(exc: Exception) -> str:
