@@ -143,10 +143,13 @@ class FaultProxy:
     """A forwarding proxy on 127.0.0.1 in front of ``upstream`` (see the module doc)."""
 
     def __init__(self, upstream: str, every: int = 0, slow_s: float = 0.0, logprobs: AnswerLogprobs | None = None,
-                 answer=None):
+                 answer=None, redirect_to: str | None = None):
         self.upstream, self.every, self.slow_s, self.logprobs = upstream.rstrip("/"), every, slow_s, logprobs
         #: answer(headers, body) -> (status, bytes) to answer a request itself (as a stricter server would), or None
         self.answer = answer
+        #: a base URL every GET (a model list) is redirected to (302, its path after /v1 kept), as a moved server
+        #: answers (urllib follows no redirect of a POST with its body)
+        self.redirect_to = redirect_to
         self.faults: Counter = Counter()
         self.authorization: Counter = Counter()
         self.requests = 0
@@ -182,7 +185,7 @@ class FaultProxy:
         return kinds[slot] if slot < len(kinds) else None
 
     def _forward(self, method: str, path: str, body: bytes | None, headers: dict) -> tuple[int, bytes, str, str]:
-        request = urllib.request.Request(self.upstream + path.removeprefix("/v1"), data=body, method=method,
+        request = urllib.request.Request(self.upstream + path.split("/v1", 1)[-1], data=body, method=method,
                                          headers={k: v for k, v in headers.items()
                                                   if k.lower() in ("content-type", "authorization", "accept")})
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -228,6 +231,9 @@ class FaultProxy:
                 with proxy._lock:
                     proxy.requests += 1
                     proxy.authorization[self.headers.get("Authorization")] += 1
+                if proxy.redirect_to and method == "GET" and self.path.startswith("/v1"):
+                    self._reply(302, b"", extra={"Location": proxy.redirect_to + self.path.removeprefix("/v1")})
+                    return
                 fault = proxy.fault_for(body) if body else None
                 if fault:
                     with proxy._lock:

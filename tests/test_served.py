@@ -221,6 +221,44 @@ def test_the_api_key_is_scrubbed_from_an_error_that_echoes_it(served_model, monk
     assert "401" in str(raised.value) and "Bearer [the API key]" in str(raised.value) and KEY not in str(raised.value)
 
 
+def test_a_redirect_to_another_host_is_refused_and_gets_no_key(served_model, monkeypatch):
+    """The endpoint answers 302 to another server (a proxy in front of the same real one, so following it would
+    work): refused naming both URLs, and the other server sees no request at all, so never the key; the gate run
+    ends with exit 3 in seconds. A redirect within the endpoint's origin is followed."""
+    from laya_robustness.scoring.served import RedirectRefused, ServedScorer
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with FaultProxy(served_model.url) as elsewhere, FaultProxy(served_model.url, redirect_to=elsewhere.url) as moved:
+        with pytest.raises(RedirectRefused) as raised:
+            ServedScorer.connect(moved.url, api_key_env=KEY_ENV)
+        assert f"{moved.url}/models redirected (HTTP 302) to {elsewhere.url}/models, another host or port" in \
+            str(raised.value)
+        started = time.monotonic()
+        result = run_gate(*COMMON, "--endpoint", moved.url, "--report-dir", "reports-redirected")
+        took = time.monotonic() - started
+        assert elsewhere.requests == 0 and moved.requests >= 2
+    assert result.returncode == 3, result.stdout[-3000:]
+    assert f"redirected (HTTP 302) to {elsewhere.url}/models" in result.stdout and KEY not in result.stdout
+    assert took < 60
+    with FaultProxy(served_model.url) as same:
+        same.redirect_to = same.url.replace("/v1", "/moved/v1")
+        scorer = ServedScorer.connect(same.url, api_key_env=KEY_ENV)
+        assert scorer.model_id == "laya_fixtures/tiny-smolvlm" and same.authorization[f"Bearer {KEY}"] >= 2
+
+
+def test_the_key_is_scrubbed_before_an_error_body_is_cut(served_model, monkeypatch):
+    """An error body that echoes the key across the 400-character cut: no part of the key survives."""
+    from laya_robustness.scoring.served import EndpointError, ServedScorer
+
+    def echo_at_the_cut(headers, body):
+        return 400, (b"x" * 390 + headers.get("Authorization", "").encode() + b" and more")
+
+    monkeypatch.setenv(KEY_ENV, KEY)
+    with FaultProxy(served_model.url, answer=echo_at_the_cut) as proxy, pytest.raises(EndpointError) as raised:
+        ServedScorer.connect(proxy.url, api_key_env=KEY_ENV)
+    assert "sk-" not in str(raised.value) and str(raised.value).endswith("x" * 390 + "Bearer [th")
+
+
 def test_a_model_the_endpoint_does_not_serve_is_named_at_once(served_model):
     from laya_robustness.scoring.base import ModelLoadError
     from laya_robustness.scoring.served import ServedScorer

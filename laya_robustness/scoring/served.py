@@ -11,7 +11,10 @@ from the ``top_logprobs`` a server returns for the first answer token.
 - **Capability**: connecting asks once for ``logprobs`` / ``top_logprobs``; when the reply carries them every answer
   gets option logits (``option_logits``), else the scorer is generation-only (``probabilities`` False).
 - **Secrets**: the API key is read from the environment variable named by ``api_key_env``, sent as a bearer
-  token, and never put in the identity, a message or an answer (error texts are scrubbed of it).
+  token to the endpoint's origin (scheme, host and port) only: a redirect elsewhere is refused
+  (``RedirectRefused``), never followed with the key. Every text a server sends (error bodies, answers, model
+  ids, its ``Server`` header) is scrubbed of the key before it is cut to length or kept, so the key is never in
+  the identity, a message, an answer or a report.
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ class EndpointUnreachable(RuntimeError):
     stops_run = True
 
 
+class RedirectRefused(EndpointUnreachable):
+    """The endpoint redirected a request to another origin: not followed, since the request carries the API key;
+    nothing can be scored (exit 3)."""
+
+
 class EndpointError(RuntimeError):
     """The endpoint answered with an error retrying cannot fix (a 4xx other than 429, a reply that is no chat
     completion): the rows of that call cannot be scored (exit 3). ``status``: the HTTP status, if any."""
@@ -91,6 +99,31 @@ def endpoint_parts(url: str) -> urllib.parse.SplitResult:
         raise ValueError(f"{url!r} has a query or fragment")
     parts.port  # noqa: B018  (a bad port raises ValueError here)
     return parts
+
+
+def origin(parts: urllib.parse.SplitResult) -> tuple[str, str, int]:
+    """(scheme, host, port) of a URL: where a request goes, the default port filled in.
+
+    >>> origin(urllib.parse.urlsplit("https://API.example.com/v1")), origin(urllib.parse.urlsplit("http://h:8/v1"))
+    (('https', 'api.example.com', 443), ('http', 'h', 8))
+    """
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or (443 if parts.scheme == "https" else 80)
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect within ``allowed`` (the endpoint's origin) as urllib does; one to another origin raises
+    ``RedirectRefused`` naming both URLs (``scrub``: the scorer's scrubbing of server text)."""
+
+    def __init__(self, allowed: tuple[str, str, int], scrub):
+        self.allowed, self.scrub = allowed, scrub
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if origin(urllib.parse.urlsplit(newurl)) != self.allowed:
+            fp.close()
+            raise RedirectRefused(f"{req.full_url} redirected (HTTP {code}) to {self.scrub(newurl)}, another host or "
+                                  "port: not followed, since the request carries the API key; give --endpoint the "
+                                  "URL that answers")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 def data_url(image) -> str:
@@ -158,7 +191,9 @@ class ServedScorer:
         self.probabilities = False
         self.identity: dict = {}
         self.stats = {"requests": 0, "retries": 0, "rows": 0}
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never an environment proxy
+        # never an environment proxy; redirects only within the endpoint's origin
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                                   _SameOriginRedirects(origin(parts), self._scrub))
         self._lock = threading.Lock()
         self._dead: str | None = None
         self._urls: dict[str, str] = {}
@@ -175,7 +210,8 @@ class ServedScorer:
         scorer.probabilities, refused = scorer._probe()
         scorer.identity = {
             "model": model, "scorer": "openai", "endpoint_host": scorer.host,
-            "server": {"software": server, **{k: entry[k] for k in SERVER_FIELDS if k in entry}},
+            "server": {"software": server, **{k: scorer._scrub(entry[k]) if isinstance(entry[k], str) else entry[k]
+                                              for k in SERVER_FIELDS if k in entry}},
             "prompt_format": PROMPT_FORMAT, "extraction_rules": EXTRACTION_RULES, "max_tokens": scorer.max_tokens,
             "probabilities": PROBABILITIES if scorer.probabilities else f"none: {NO_PROBABILITIES}{refused}",
         }
@@ -195,8 +231,11 @@ class ServedScorer:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "[the API key]") if self._key else text
+    def _scrub(self, text: str, limit: int | None = None) -> str:
+        """A text from the server with the API key replaced, then cut to ``limit`` characters (in that order: a key
+        that straddles the cut would survive in part)."""
+        text = text.replace(self._key, "[the API key]") if self._key else text
+        return text if limit is None else text[:limit]
 
     def _once(self, path: str, body: Mapping | None, timeout: float) -> tuple[dict, str]:
         """One request: its JSON reply and the Server header; _Transient for what a retry may fix."""
@@ -211,11 +250,11 @@ class ServedScorer:
             self.stats["requests"] += 1
         try:
             with self._opener.open(request, timeout=timeout) as reply:
-                raw, server = reply.read(), reply.headers.get("Server", "unknown")
+                raw, server = reply.read(), self._scrub(reply.headers.get("Server", "unknown"), 200)
         except urllib.error.HTTPError as exc:
             if exc.code == 429 or exc.code >= 500:
                 raise _Transient(f"HTTP {exc.code}", _retry_after(exc.headers)) from None
-            detail = self._scrub(exc.read()[:400].decode("utf-8", "replace"))
+            detail = self._scrub(exc.read(1 << 16).decode("utf-8", "replace"), 400)
             raise EndpointError(f"{self.endpoint}{path} answered HTTP {exc.code}: {detail}", exc.code) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -254,7 +293,9 @@ class ServedScorer:
         except EndpointError:
             return [], "unknown"  # a server without a model list: --model must name the model
         listed = reply.get("data") if isinstance(reply, dict) else None
-        return [m for m in listed if isinstance(m, dict) and "id" in m] if isinstance(listed, list) else [], server
+        if not isinstance(listed, list):
+            return [], server
+        return [{**m, "id": self._scrub(str(m["id"]))} for m in listed if isinstance(m, dict) and "id" in m], server
 
     def _chat(self, content: list, max_tokens: int, logprobs: bool) -> dict:
         body: dict[str, Any] = {"model": self.model_id, "messages": [{"role": "user", "content": content}],
@@ -264,7 +305,7 @@ class ServedScorer:
         reply, _ = self._call("/chat/completions", body)
         if not isinstance(reply, dict) or not reply.get("choices"):
             raise EndpointError(f"{self.endpoint}/chat/completions: the reply is no chat completion: "
-                                f"{self._scrub(json.dumps(reply)[:300])}")
+                                f"{self._scrub(json.dumps(reply), 300)}")
         return reply
 
     def _probe(self) -> tuple[bool, str]:
@@ -295,7 +336,7 @@ class ServedScorer:
 
     def _text(self, row: Row, max_tokens: int) -> tuple[str, dict]:
         reply = self._chat(self._content(row), max_tokens, self.probabilities)
-        text = (reply["choices"][0].get("message") or {}).get("content") or ""
+        text = self._scrub(str((reply["choices"][0].get("message") or {}).get("content") or ""))
         with self._lock:
             self.stats["rows"] += 1
         return text, reply
