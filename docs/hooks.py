@@ -1,6 +1,7 @@
 """Build-time parts of the documentation site, made from the code so they cannot drift: the family table (from
-the family registry) and the option reference (from the option declarations). A page asks for one with a line
-``<!-- generated: families -->`` or ``<!-- generated: options -->``."""
+the family registry), the option reference and ``run_gate``'s arguments (from the option declarations). A page
+asks for one with a line ``<!-- generated: families -->``, ``<!-- generated: options -->`` or
+``<!-- generated: arguments -->``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def families_table() -> str:
 
 def options_table() -> str:
     """Every option of the plugin with its default and help, as ``pytest --help`` shows them."""
-    from laya_robustness.pytest_plugin.options import OPTIONS
+    from laya_robustness.run.options import OPTIONS
 
     lines = ["| option | default | ini key | meaning |", "| --- | --- | --- | --- |"]
     for opt in OPTIONS:
@@ -34,7 +35,18 @@ def options_table() -> str:
     return "\n".join(lines)
 
 
-GENERATORS = {"families": families_table, "options": options_table}
+def arguments_table() -> str:
+    """Every option as ``run_gate``'s argument: its name, default and meaning."""
+    from laya_robustness.run.options import OPTIONS
+
+    lines = ["| argument | option | default | meaning |", "| --- | --- | --- | --- |"]
+    for opt in OPTIONS:
+        default = "every default family" if opt.flag == "--families" else f"`{opt.default}`"
+        lines.append(f"| `{opt.field}` | `{opt.flag}` | {default} | {opt.help.replace('|', '&#124;')} |")
+    return "\n".join(lines)
+
+
+GENERATORS = {"families": families_table, "options": options_table, "arguments": arguments_table}
 
 
 def on_page_markdown(markdown: str, **_) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import string
 import weakref
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ RECORD_FIELDS = ("row_id", "dataset", "group_id", "cluster", "images", "question
                  "primitive", "answers", "context", "category", "meta")
 #: The label of an open row: it has no option index.
 OPEN_LABEL = -1
+#: The row meta keys the user's variant files fill (``loaders.variants`` reads the files; the families read the keys).
+REPHRASINGS, TRANSLATIONS, PARAPHRASES = "rephrasings", "translations", "paraphrases"
+#: A language code: lower-case ISO 639, optionally with subtags ("fr", "pt-BR").
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[A-Za-z0-9]{2,8})*")
 
 
 class RowError(ValueError):

@@ -33,6 +33,13 @@ def test_the_options_page_lists_every_option_with_its_default():
     assert "<!-- generated" not in page
 
 
+def test_the_python_api_page_lists_every_option_as_an_argument():
+    page = _hooks().on_page_markdown((DOCS / "python-api.md").read_text())
+    for opt in OPTIONS:
+        assert f"| `{opt.field}` | `{opt.flag}` |" in page, opt.flag
+    assert "<!-- generated" not in page
+
+
 def test_an_unknown_generated_part_stops_the_build():
     import pytest
 

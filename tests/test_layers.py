@@ -50,7 +50,8 @@ def test_cycles_finds_a_cycle_and_only_cycles():
 
 @pytest.fixture(scope="module")
 def graph():
-    return grimp.build_graph("laya_robustness", cache_dir=None)
+    # as lint-imports reads it: an import under `if TYPE_CHECKING:` names a type and never runs
+    return grimp.build_graph("laya_robustness", cache_dir=None, exclude_type_checking_imports=True)
 
 
 def test_no_module_imports_itself_back(graph):
@@ -83,6 +84,23 @@ def test_function_level_imports_are_in_the_graph(graph):
     """A function-level import (the plugin loads its malloc setting inside pytest_configure) is an edge too."""
     assert graph.direct_import_exists(importer="laya_robustness.pytest_plugin",
                                       imported="laya_robustness.scoring.malloc")
+
+
+def test_nothing_below_the_plugin_receives_its_session():
+    """The run, the reports and everything under them take the run (``GateRun``), typed, never the plugin's session
+    (pytest's own objects they cannot import: see the contracts): no parameter of theirs is named ``session``."""
+    import ast
+
+    adapters = {"pytest_plugin", "__main__.py", "api.py", "training.py"}
+    found = []
+    for path in sorted((ROOT / "laya_robustness").rglob("*.py")):
+        if path.relative_to(ROOT / "laya_robustness").parts[0] in adapters:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+                found += [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({n})" for n in names & {"session"}]
+    assert found == []
 
 
 def test_the_import_contracts_are_kept():

@@ -10,8 +10,9 @@ from PIL import Image
 from laya_robustness.families.lgip.grammar import caption_holds
 from laya_robustness.fixtures.captions import generate_captions
 from laya_robustness.loaders.captions import caption_row
+from laya_robustness.loaders.variants import load_paraphrases
 from laya_robustness.families.lgip.variants import (PARAPHRASE_RULES, agree_there, build_combined, build_flips,
-                                                    build_paraphrases, count_strength, load_paraphrases, paraphrases,
+                                                    build_paraphrases, count_strength, paraphrases,
                                                     passive, reorder_list, reorder_relation, scene_flips, synonym,
                                                     word_list_flips)
 from laya_robustness.metrics.lgip import FAMILY_COMBINED, FAMILY_FLIP, FAMILY_PARAPHRASE

@@ -155,7 +155,7 @@ def test_gate_under_q_prints_no_progress(gate):
 
 
 def test_a_broken_report_is_a_harness_error_not_a_crash(gate, monkeypatch):
-    import laya_robustness.pytest_plugin.reports as report
+    import laya_robustness.report.folder as report
 
     def broken(*args, **kwargs):
         raise RuntimeError("cannot draw")

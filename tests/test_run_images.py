@@ -21,7 +21,8 @@ from laya_robustness.run.fingerprints import data_fingerprint
 from laya_robustness.run.images import ImageStore, image_bytes, rows_with_pixels
 from laya_robustness.run.inputs import load_source_rows
 from laya_robustness.run.journal import Journal, row_key
-from laya_robustness.run.scoring import LocalExecutor, Scoring, score_journaled
+from laya_robustness.run.executors.local import LocalExecutor
+from laya_robustness.run.scoring import Scoring, score_journaled
 from laya_robustness.run.variants import VariantImages, family_variants, variant_digests
 from test_row_wise import _content
 

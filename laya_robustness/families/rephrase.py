@@ -22,13 +22,13 @@ match, or whose output equals the question, produces no row:
   the X [of Y] is?"
 
 User rephrasings: the strings of the row's ``meta["rephrasings"]`` (a list, put there from the
-user's JSONL file by :func:`attach_user_variants`), variant ``user_<i>`` for the i-th string;
+user's JSONL file by :func:`attach_variants`), variant ``user_<i>`` for the i-th string;
 an empty string or one equal to the question produces no row. Every variant keeps the options,
 label, images, context, group and cluster; ``meta["rephrase"]`` holds ``{"source": "rule",
 "rule": name}`` or ``{"source": "user", "index": i}``. Rows of every primitive (open ones too) are
 rephrased. No randomness: ``seed`` is unused.
 
-:func:`attach_user_variants` reads the user's files: JSONL, one object per line,
+The user's files (read by ``loaders.variants``, attached by :func:`attach_variants`): JSONL, one object per line,
 ``{"row_id": ..., "rephrasings": ["...", ...]}`` or ``{"row_id": ..., "translations": {"fr":
 "...", ...}}``, with an optional ``"dataset"`` (without it, every dataset's row of that id gets
 them) and an optional ``"provenance"`` object (how the texts were made; ``python -m laya_robustness
@@ -46,21 +46,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from laya_robustness.families import Family, declare
 from laya_robustness.metrics.stability import AV, V, stability_cell
-from laya_robustness.rows import Row, RowError
+from laya_robustness.rows import LANGUAGE_CODE, REPHRASINGS, TRANSLATIONS, Row  # noqa: F401  (LANGUAGE_CODE: its users)
 
 FAMILY = "rephrase"
-USER_KEY = "rephrasings"
-TRANSLATIONS_KEY = "translations"
-#: An optional object of a user file's line saying how its texts were made (``python -m laya_robustness variants``
-#: writes the generator's identity and the prompt's hash there); read, not used.
-PROVENANCE = "provenance"
-#: A language code: lower-case ISO 639, optionally with subtags ("fr", "pt-BR").
-LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[A-Za-z0-9]{2,8})*")
+USER_KEY, TRANSLATIONS_KEY = REPHRASINGS, TRANSLATIONS
 _IMAGE_WORDS = re.compile(r"\b(image|picture|photo|photograph)\b", re.IGNORECASE)
 _OPPOSITE = {"left": "right", "right": "left", "above": "below", "below": "above"}
 
@@ -179,59 +172,13 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
     return out
 
 
-# --- the user's files -------------------------------------------------------------------------
+# --- the user's variants -----------------------------------------------------------------------
 
-def _check_rephrasings(value: Any, path, line: int) -> list[str]:
-    if not isinstance(value, list) or not value:
-        raise RowError(path, line, USER_KEY, f"expected a non-empty list of strings, got {value!r}")
-    for i, s in enumerate(value):
-        if not isinstance(s, str) or not s.strip():
-            raise RowError(path, line, f"{USER_KEY}[{i}]", f"expected a non-empty string, got {s!r}")
-    return list(value)
-
-
-def _check_translations(value: Any, path, line: int) -> dict[str, str]:
-    if not isinstance(value, dict) or not value:
-        raise RowError(path, line, TRANSLATIONS_KEY, f"expected a non-empty object language -> text, got {value!r}")
-    for language, text in value.items():
-        if not LANGUAGE_CODE.fullmatch(language):
-            raise RowError(path, line, f"{TRANSLATIONS_KEY}.{language}",
-                           "not a language code (lower-case ISO 639, optionally with a region: 'fr', 'pt-BR')")
-        if not isinstance(text, str) or not text.strip():
-            raise RowError(path, line, f"{TRANSLATIONS_KEY}.{language}", f"expected a non-empty string, got {text!r}")
-    return dict(value)
-
-
-def read_user_file(path: str | Path, key: str) -> dict[tuple[str | None, str], Any]:
-    """(dataset or None, row_id) -> the line's ``key`` value, from a JSONL file of rephrasings or translations."""
-    check = {USER_KEY: _check_rephrasings, TRANSLATIONS_KEY: _check_translations}[key]
-    from laya_robustness.loaders.jsonl import json_objects
-
-    path = Path(path)
-    out: dict[tuple[str | None, str], Any] = {}
-    first_line: dict[tuple[str | None, str], int] = {}
-    for line_no, record in json_objects(path):
-        unknown = sorted(set(record) - {"row_id", "dataset", key, PROVENANCE})
-        if unknown:
-            raise RowError(path, line_no, unknown[0], f"unknown field (expected row_id, dataset, {key}, {PROVENANCE})")
-        if not isinstance(record.get(PROVENANCE, {}), dict):
-            raise RowError(path, line_no, PROVENANCE, f"expected an object, got {record[PROVENANCE]!r}")
-        row_id, dataset = record.get("row_id"), record.get("dataset")
-        if not isinstance(row_id, str) or not row_id:
-            raise RowError(path, line_no, "row_id", f"expected a non-empty string, got {row_id!r}")
-        if dataset is not None and (not isinstance(dataset, str) or not dataset):
-            raise RowError(path, line_no, "dataset", f"expected a non-empty string, got {dataset!r}")
-        if key not in record:
-            raise RowError(path, line_no, key, "missing")
-        where = (dataset, row_id)
-        if where in first_line:
-            raise RowError(path, line_no, "row_id", f"{row_id!r} was already given on line {first_line[where]}")
-        first_line[where] = line_no
-        out[where] = check(record[key], path, line_no)
-    return out
-
-
-def _attach(rows_by_dataset: Mapping[str, list[Row]], entries: Mapping, key: str) -> dict[str, list[Row]]:
+def attach_variants(rows_by_dataset: Mapping[str, list[Row]], entries: Mapping, key: str) -> dict[str, list[Row]]:
+    """The rows with the user's variants of ``entries`` ((dataset or None, row_id) -> value, as
+    ``loaders.variants.read_user_file`` reads them) in their meta: rephrasings (``key`` ``"rephrasings"``) appended
+    to ``meta["rephrasings"]``, translations merged into ``meta["translations"]`` (a file's language replaces the
+    row's own); rows without an entry are returned as they are."""
     out = {}
     for dataset, rows in rows_by_dataset.items():
         new = []
@@ -245,19 +192,6 @@ def _attach(rows_by_dataset: Mapping[str, list[Row]], entries: Mapping, key: str
                 row = dataclasses.replace(row, meta=meta)
             new.append(row)
         out[dataset] = new
-    return out
-
-
-def attach_user_variants(rows_by_dataset: Mapping[str, list[Row]], rephrasings_path: str | Path | None,
-                         translations_path: str | Path | None) -> dict[str, list[Row]]:
-    """The rows with the user's rephrasings appended to ``meta["rephrasings"]`` and translations merged
-    into ``meta["translations"]`` (a file's language replaces the row's own), read from the two JSONL
-    files (None: none); rows without an entry are returned as they are."""
-    out = dict(rows_by_dataset)
-    if rephrasings_path is not None:
-        out = _attach(out, read_user_file(rephrasings_path, USER_KEY), USER_KEY)
-    if translations_path is not None:
-        out = _attach(out, read_user_file(translations_path, TRANSLATIONS_KEY), TRANSLATIONS_KEY)
     return out
 
 

@@ -13,6 +13,7 @@ from laya_robustness.pytest_plugin.selection import device_scopes, narrowed_by
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError
 from laya_robustness.run.lock import ReportDirInUse
+from laya_robustness.run.scorers import served_without_dual
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
 #: A report folder that cannot be written for these reasons is a bad --report-dir (exit 4); others (a full disk) are 3.
@@ -65,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.settings.keep_freed_memory:
         from laya_robustness.scoring.malloc import keep_freed_memory
 
-        session.kept_freed_memory = keep_freed_memory()
+        session.run.kept_freed_memory = keep_freed_memory()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -74,13 +75,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     from laya_robustness.pytest_plugin.terminal import prefix_sharing_line
 
-    if session.kept_freed_memory:
+    if session.run.kept_freed_memory:
         lines = ["laya-robustness: malloc keeps freed memory for reuse, given back as images are let go (--keep-freed-memory yes)"]
     else:
         why = "--keep-freed-memory no" if not session.settings.keep_freed_memory else "the C library is not glibc"
         lines = [f"laya-robustness: malloc left as it is ({why})"]
     if session.served:
-        lines.append(f"laya-robustness: {session.served_capability()}")
+        lines.append(f"laya-robustness: {session.run.models.served_capability()}")
     sharing = prefix_sharing_line(session.settings)
     return lines + ([sharing] if sharing else [])
 
@@ -89,7 +90,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # A served model's endpoint is reached once, before anything is collected: a dead one ends the run at once.
     state = session.config.stash.get(SESSION_KEY, None)
     if state is not None and state.served and not _is_worker(session.config):
-        unreachable = state.endpoint_unreachable()
+        unreachable = state.run.models.endpoint_unreachable()
         if unreachable:
             pytest.exit(f"harness error (exit 3, not a gate failure): {unreachable}", returncode=EXIT_HARNESS)
 
@@ -104,8 +105,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # embedded default) before pytest's own unconfigure runs its garbage collections; freed here by
     # reference counting it costs a fraction of what the interpreter's shutdown would spend on it.
     if SESSION_KEY in config.stash:
-        config.stash[SESSION_KEY].release_report_dir()
-        config.stash[SESSION_KEY].close_executors()
+        config.stash[SESSION_KEY].run.close()
         del config.stash[SESSION_KEY]
 
 
@@ -119,7 +119,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "caption_set" in metafunc.fixturenames:
         sets = session.caption_sets_for_collection()
         if not sets:
-            reason = session.served_without_dual("this family") if session.served and session.dual_model is None \
+            reason = served_without_dual("this family") if session.served and session.dual_model is None \
                 else ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
                       "--model, or --dual-model)")
             sets = [pytest.param("none", marks=pytest.mark.skip(reason=reason))]
@@ -173,9 +173,9 @@ def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: 
 def _connect_cluster(session: RobustnessSession) -> None:
     """--executor ray: connect before any test runs; an unreachable cluster ends the run at once (exit 3)."""
     try:
-        session.connect_cluster()
+        session.run.models.connect_cluster()
     except HarnessError as exc:
-        session.harness_error(str(exc))
+        session.run.models.harness_error(str(exc))
         pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS)
 
 
@@ -183,8 +183,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is None:
         return
     session = robustness_session(item.config)
-    if session.cluster is not None:  # --executor ray: the actors' GPUs count, not this machine's
-        if not session.cluster.resources().get("GPU"):
+    cluster = session.run.models.cluster
+    if cluster is not None:  # --executor ray: the actors' GPUs count, not this machine's
+        if not cluster.resources().get("GPU"):
             pytest.skip(f"the Ray cluster at {session.settings.ray_address} has no GPU: gpu-marked tests need one")
         return
     if robustness_session(item.config).served and "robustness" in getattr(item, "fixturenames", ()):
@@ -225,7 +226,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     # the workers share the controller's run: its lock of --report-dir, its journal names
-    node.workerinput[RUN_KEY] = robustness_session(node.config).run.as_dict()
+    node.workerinput[RUN_KEY] = robustness_session(node.config).run.run_identity.as_dict()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -261,7 +262,8 @@ def _compare_deferred_snapshots(session: pytest.Session, state: RobustnessSessio
     try:
         state.snapshot_outcomes = compare_deferred(state)
     except (HarnessError, OSError, ValueError) as exc:
-        state.harness_errors.append(f"comparing the summary snapshot on the controller: {type(exc).__name__}: {exc}")
+        state.run.harness_errors.append(f"comparing the summary snapshot on the controller: {type(exc).__name__}: "
+                                        f"{exc}")
         return
     if any(not o.matches for o in state.snapshot_outcomes) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -279,26 +281,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if state.deferred_snapshots and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         _compare_deferred_snapshots(session, state)
-    if state.records or state.invariance_results:
+    run = state.run
+    if state.reported:
         stopped = bool(session.shouldstop or session.shouldfail)
-        state.scopes = device_scopes(state, narrowed_by(session.config, state.families, stopped))
-    state.incomplete_reason = incomplete_reason(session, exitstatus, state.harness_errors, state.scopes)
-    if state.records or state.invariance_results:
+        run.scopes = device_scopes(run, narrowed_by(session.config, run.families, stopped))
+    run.incomplete_reason = incomplete_reason(session, exitstatus, run.harness_errors, run.scopes)
+    if state.reported:
         _write_reports(state)
-    if state.harness_errors:
+    if run.harness_errors:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def _write_reports(state: RobustnessSession) -> None:
     """The reports, once the run is sure it still holds --report-dir (under xdist the controller claims it here)."""
-    from laya_robustness.pytest_plugin.reports import finish_reports
+    from laya_robustness.report.folder import write_reports
 
     try:
         state.claim_report_dir()
     except (ReportDirInUse, OSError) as exc:
-        state.harness_errors.append(f"the reports were not written: {exc}")
+        state.run.harness_errors.append(f"the reports were not written: {exc}")
         return
-    state.written = finish_reports(state)
+    state.run.written = write_reports(state.run)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

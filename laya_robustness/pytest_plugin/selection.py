@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from laya_robustness.pytest_plugin.options import default_of
+from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.scope import Scope, decide_scope
 
 
@@ -32,18 +33,18 @@ def narrowed_by(config: pytest.Config, families: tuple[str, ...], stopped: bool)
     return out
 
 
-def device_scopes(session, narrowed: list[str]) -> dict[str, Scope]:
-    """The scope of each device that reports: the cells the run asks for (``session.run_cells``), those scored
-    (its records, and ``session.scored``: a cell whose family builds no variant has none) and those its tests
-    judged (``session.judged``); the xdist workers' included."""
-    devices = set(session.records) | set(session.invariance_results) | {d for _, _, d in session.judged}
+def device_scopes(run: GateRun, narrowed: list[str]) -> dict[str, Scope]:
+    """The scope of each device that reports: the cells the run asks for (``run.run_cells``), those scored
+    (its records, and ``run.scored``: a cell whose family builds no variant has none) and those its tests
+    judged (``run.judged``); the xdist workers' included."""
+    devices = set(run.records) | set(run.invariance_results) | {d for _, _, d in run.judged}
     if not devices:
         return {}
-    asked = session.run_cells()
+    asked = run.run_cells()
     out = {}
     for device in sorted(devices):
-        scored = {(r.family, r.dataset) for r in session.records.get(device, {}).values()}
-        scored |= {(f, d) for f, d, dev in session.scored if dev == device}  # a family with no variant there too
-        judged = {(f, d) for f, d, dev in session.judged if dev == device}
+        scored = {(r.family, r.dataset) for r in run.records.get(device, {}).values()}
+        scored |= {(f, d) for f, d, dev in run.scored if dev == device}  # a family with no variant there too
+        judged = {(f, d) for f, d, dev in run.judged if dev == device}
         out[device] = decide_scope(asked, scored, judged, narrowed)
     return out

@@ -67,32 +67,33 @@ def scoring_label(settings, device: str) -> str:
 
 def snapshot_name(session, device: str) -> str:
     """The name of the run configuration's snapshot (see the module doc)."""
-    s = session.settings
+    run, s = session.run, session.settings
     identity = {}
-    if not session.model_is_dual:
-        identity = session.identity(device)  # the identity (weight hashes) comes from the loaded scorer
-    model = file_safe(session.model_name.strip("/"))
-    if session.caption_rows:
-        identity["dual"] = session.identity(device, "captions")
-    m = model_fingerprint(identity, session.model_name, s.scorer)
-    d = data_fingerprint({**session.rows, **session.caption_rows})
+    if not run.models.model_is_dual:
+        identity = run.models.identity(device)  # the identity (weight hashes) comes from the loaded scorer
+    model = file_safe(run.model_name.strip("/"))
+    if run.caption_rows:
+        identity["dual"] = run.models.identity(device, "captions")
+    m = model_fingerprint(identity, run.model_name, s.scorer)
+    d = data_fingerprint({**run.rows, **run.caption_rows})
     return (f"{model}.{device_kind(device)}.m{m}.d{d}.s{s.seed}.n{s.rows_per_set}.{families_label(s.families)}"
             f"{scoring_label(s, device)}")
 
 
 def snapshot_view(session, device: str) -> dict:
     """What the snapshot holds: the run's identity and every metric rounded to 4 d.p. (no timings/versions)."""
+    run = session.run
     summary = session.full_summary(device)
-    identity = dict(session.identities.get(device, {}))
+    identity = dict(run.identities.get(device, {}))
     identity.pop("model", None)
     # how prompt prefixes are shared moves logits within float rounding only (shared_prefix_vs_alone holds it)
     identity.pop("prefix_sharing", None)
-    dual = dict(session.identities.get(identity_key(device, "captions"), {}))
+    dual = dict(run.identities.get(identity_key(device, "captions"), {}))
     if dual:
         identity["dual"] = {k: v for k, v in dual.items() if k != "model"}
     metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
     s = session.settings
-    return {"model": session.model_name, "identity": identity, "seed": s.seed, "rows_per_set": s.rows_per_set,
+    return {"model": run.model_name, "identity": identity, "seed": s.seed, "rows_per_set": s.rows_per_set,
             "temperatures": s.temperatures, **rounded(metrics, SNAPSHOT_DIGITS)}
 
 

@@ -146,30 +146,30 @@ def problem_lines(verdicts: dict) -> list[str]:
     return lines
 
 
-def verdict_lines(session, device: str, verbose: bool) -> list[str]:
+def verdict_lines(run, device: str, verbose: bool) -> list[str]:
     """The verdict of one device: what failed or newly passes, the counts, and where the detail is."""
-    verdicts = _verdicts(session.results, device, session.thresholds.known_limitation)
-    summary = session.summaries.get(device) or {}
+    verdicts = _verdicts(run.results, device, run.thresholds.known_limitation)
+    summary = run.summaries.get(device) or {}
     lines = [*problem_lines(verdicts), *probability_lines(summary), f"verdicts: {verdict_line(verdicts)}"]
-    power = power_lines(session.results)
+    power = power_lines(run.results)
     if power and not verbose:
         lines.append(f"{len(power)} interval-judged checks have too few rows to tell a 5-point change from none "
                      "(`pytest -v` lists them)")
     return lines
 
 
-def detail_lines(session) -> list[tuple[str, list[str]]]:
+def detail_lines(run) -> list[tuple[str, list[str]]]:
     """The long tables, each under its heading: invariance conditions, every summary block, the power lines."""
-    known = session.thresholds.known_limitation
+    known = run.thresholds.known_limitation
     sections = []
-    for device, conditions in sorted(session.invariance_results.items()):
-        verdicts = invariance_verdicts(_verdicts(session.results, device, known))
+    for device, conditions in sorted(run.invariance_results.items()):
+        verdicts = invariance_verdicts(_verdicts(run.results, device, known))
         sections.append((f"invariance ({device}): each condition vs its own path's reference",
                          invariance_lines(conditions, verdicts)))
-    for device, summary in sorted(session.summaries.items()):
+    for device, summary in sorted(run.summaries.items()):
         sections.append((f"robustness gate ({device}): headline [95% CI] per family and dataset, checks",
-                         table_lines(summary, session.results, device, known)))
-    power = power_lines(session.results)
+                         table_lines(summary, run.results, device, known)))
+    power = power_lines(run.results)
     if power:
         sections.append(("too few rows to tell a 5-point change from none at the gate's error rate", power))
     return sections
@@ -179,26 +179,27 @@ def write_summary(reporter, session) -> None:
     """The end of a run, verdict last: what each report covers, errors; the long tables only with ``-v``; the
     token counts; the snapshot; where the reports are; then per device the failed and newly passing checks and
     the verdict counts. ``-q`` leaves out the snapshot match and the reports line."""
-    for line, complete in scope_lines(session.scopes):
+    run = session.run
+    for line, complete in scope_lines(run.scopes):
         reporter.write_line(line, green=complete, yellow=not complete)
     if session.start_error is not None:
         reporter.write_line(f"ERROR (exit {session.start_error[0]}, nothing was run): {session.start_error[1]}",
                             red=True)
-    for note in session.lock_notes:
+    for note in run.lock_notes:
         reporter.write_line(f"laya-robustness: {note}")
-    for error in session.harness_errors:
+    for error in run.harness_errors:
         reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
-    if not session.records and not session.invariance_results:
+    if not session.reported:
         return
     verbosity = reporter.config.getoption("verbose", 0)
     if verbosity > 0:
-        for title, lines in detail_lines(session):
+        for title, lines in detail_lines(run):
             reporter.write_sep("=", title)
             for line in lines:
                 reporter.write_line(line)
-    for line in token_lines(session.scorer_stats()):
+    for line in token_lines(run.models.scorer_stats()):
         reporter.write_line(line)
-    for outcome in getattr(session, "snapshot_outcomes", []):
+    for outcome in session.snapshot_outcomes:
         if outcome.matches:
             if verbosity >= 0:
                 reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name} "
@@ -208,20 +209,19 @@ def write_summary(reporter, session) -> None:
         for line in outcome.diff.splitlines():
             reporter.write_line(line)
         reporter.write_line("review the change; accept it with `pytest robustness_tests --snapshot-update` (-n 0)")
-    written = getattr(session, "written", [])
-    if written and verbosity >= 0:
-        reporter.write_line(written_line(written))
-    if session.incomplete_reason:
+    if run.written and verbosity >= 0:
+        reporter.write_line(written_line(run.written))
+    if run.incomplete_reason:
         kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
-            if session.kept_previous_report else ""
-        narrowed = sorted({n for s in session.scopes.values() if not s.complete for n in s.narrowed_by
+            if run.kept_previous_report else ""
+        narrowed = sorted({n for s in run.scopes.values() if not s.complete for n in s.narrowed_by
                            if not n.startswith("--families")})
         advice = f"rerun without {', '.join(narrowed)} to judge every cell (--resume reuses what this run scored)" \
             if narrowed else "rerun with --resume to finish it"
-        reporter.write_line(f"INCOMPLETE RUN: {session.incomplete_reason}{kept}; {advice}", yellow=True)
-    for device in sorted(set(session.summaries) | set(session.invariance_results)):
+        reporter.write_line(f"INCOMPLETE RUN: {run.incomplete_reason}{kept}; {advice}", yellow=True)
+    for device in sorted(set(run.summaries) | set(run.invariance_results)):
         reporter.write_sep("=", f"robustness gate ({device}): verdict")
-        for line in verdict_lines(session, device, verbosity > 0):
+        for line in verdict_lines(run, device, verbosity > 0):
             failing = line.startswith(MARKS[FAIL]) or line.startswith(MARKS[XPASS])
             reporter.write_line(line, red=failing)
 

@@ -58,34 +58,32 @@ class DatasetScheduling(LoadScopeScheduling):
 
 def worker_payload(session) -> str:
     """What a worker sends the controller, as JSON."""
-    return json.dumps({"records": session.records, "results": session.results, "harness": session.harness_errors,
-                       "identities": session.identities, "stats": session.scorer_stats(),
-                       "invariance": session.invariance_results,
-                       "scored": sorted(session.scored), "judged": sorted(session.judged),
-                       "snapshots": session.deferred_snapshots, "lock_notes": session.lock_notes,
+    run = session.run
+    return json.dumps({"records": run.records, "results": run.results, "harness": run.harness_errors,
+                       "identities": run.identities, "stats": run.models.scorer_stats(),
+                       "invariance": run.invariance_results,
+                       "scored": sorted(run.scored), "judged": sorted(run.judged),
+                       "snapshots": session.deferred_snapshots, "lock_notes": run.lock_notes,
                        "start_error": session.start_error})
 
 
 def merge_payload(session, payload: str) -> None:
     """Add a worker's records (parsed into Records), results, errors, identities and invariance stats."""
-    data = json.loads(payload)
+    data, run = json.loads(payload), session.run
     for device, recs in data["records"].items():
-        store = session.records.setdefault(device, {})
-        for row_id, rec in recs.items():
-            store[row_id] = record = Record.parse(rec, f"worker record {row_id}")
-            session.forget_cell(device, record.family, record.dataset)  # found again when asked
-    session.results += data["results"]
-    session.harness_errors += [e for e in data["harness"] if e not in session.harness_errors]
-    session.identities.update(data["identities"])
+        run.add_records(device, [Record.parse(rec, f"worker record {row_id}") for row_id, rec in recs.items()])
+    run.results += data["results"]
+    run.harness_errors += [e for e in data["harness"] if e not in run.harness_errors]
+    run.identities.update(data["identities"])
     for key, counts in data["stats"].items():
-        summed = session.worker_stats.setdefault(key, {})
+        summed = run.models.worker_stats.setdefault(key, {})
         for name, value in counts.items():
             summed[name] = summed.get(name, 0) + value
     for device, conditions in data["invariance"].items():
-        session.invariance_results.setdefault(device, {}).update(conditions)
-    session.scored.update(tuple(key) for key in data["scored"])
-    session.judged.update(tuple(key) for key in data["judged"])
-    session.lock_notes += [n for n in data["lock_notes"] if n not in session.lock_notes]
+        run.invariance_results.setdefault(device, {}).update(conditions)
+    run.scored.update(tuple(key) for key in data["scored"])
+    run.judged.update(tuple(key) for key in data["judged"])
+    run.lock_notes += [n for n in data["lock_notes"] if n not in run.lock_notes]
     if data["start_error"] and session.start_error is None:
         session.start_error = tuple(data["start_error"])
     for snapshot in data["snapshots"]:

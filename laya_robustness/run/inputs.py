@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
 
-from laya_robustness.families.lgip.variants import load_paraphrases
-from laya_robustness.families.rephrase import attach_user_variants
+from laya_robustness.families.rephrase import attach_variants
 from laya_robustness.loaders import LoadSettings, scan_rows
 from laya_robustness.loaders.captions import load_captions
+from laya_robustness.loaders.variants import load_paraphrases, read_user_file
 from laya_robustness.rng import keyed_rng
-from laya_robustness.rows import Row
+from laya_robustness.rows import REPHRASINGS, TRANSLATIONS, Row, RowError
+from laya_robustness.run.errors import UsageError
 from laya_robustness.run.images import ImageStore, waiting_rows
 
 RowLike = TypeVar("RowLike")  # a Row, or a loader's SourceRow (row_id, dataset, load())
@@ -92,6 +93,18 @@ def source_rows(spec: InputSpec, store: ImageStore | None = None) -> dict[str, l
     return load_source_rows(spec.data, spec.rows_per_set, spec.seed, spec.load, store)
 
 
+def attach_user_variants(rows_by_dataset: Mapping[str, list[Row]], rephrasings_path: str | Path | None,
+                         translations_path: str | Path | None) -> dict[str, list[Row]]:
+    """The rows with the user's rephrasings and translations of the two JSONL files (None: none) in their meta
+    (``families.rephrase.attach_variants``); RowError for a bad file."""
+    out = dict(rows_by_dataset)
+    if rephrasings_path is not None:
+        out = attach_variants(out, read_user_file(rephrasings_path, REPHRASINGS), REPHRASINGS)
+    if translations_path is not None:
+        out = attach_variants(out, read_user_file(translations_path, TRANSLATIONS), TRANSLATIONS)
+    return out
+
+
 def with_user_variants(rows: Mapping[str, list[Row]], spec: InputSpec) -> dict[str, list[Row]]:
     """``rows`` with the user's rephrasings and translations of ``spec`` in their meta (RowError for a bad file)."""
     if spec.rephrasings is None and spec.translations is None:
@@ -128,3 +141,92 @@ def reread_rows(data: str | Path, meta: Mapping[str, Any], store: ImageStore | N
     question rows' images waiting in ``store`` when given)."""
     spec = InputSpec.from_meta(data, meta)
     return {**question_rows(spec, store), **caption_rows(spec)}
+
+
+class RunInputs:
+    """What a run reads before it scores, each once and only when first asked for: the sampled question rows by
+    dataset (their images waiting in ``images``), the caption rows (when ``probes_captions``), the limits and the
+    records of ``--baseline``. A bad file is a ``UsageError`` naming its option, file, line and field."""
+
+    def __init__(self, settings, probes_captions: bool):
+        self.settings, self.probes_captions = settings, probes_captions
+        self.images = ImageStore(settings.image_cache_mb << 20)  # the decoded images kept between uses
+        self._rows: dict | None = None
+        self._caption_rows: dict | None = None
+        self._thresholds = None
+        self._baseline: list | None = None
+
+    @property
+    def spec(self) -> InputSpec:
+        """Where the run's rows come from and how they are read (the options)."""
+        s = self.settings
+        load = LoadSettings(s.data_map, s.max_image_pixels, s.allow_outside_data, s.max_image_side)
+        captions = s.captions if self.probes_captions else None
+        return InputSpec(s.data, s.rows_per_set, s.seed, load, s.rephrasings, s.translations, captions, s.paraphrases)
+
+    @property
+    def rows(self) -> dict[str, list[Row]]:
+        """Sampled source rows by dataset, their images waiting in ``images`` (``rows_with_pixels`` gives them
+        their pixels)."""
+        if self._rows is None:
+            spec = self.spec
+            try:
+                rows = source_rows(spec, self.images)
+            except (RowError, FileNotFoundError) as exc:
+                raise bad_input("--data", exc) from exc
+            try:
+                self._rows = with_user_variants(rows, spec)
+            except (RowError, FileNotFoundError) as exc:
+                bad = str(getattr(exc, "path", None) or getattr(exc, "filename", None))  # the file it names
+                translations = spec.rephrasings is None or bad == str(spec.translations)
+                raise bad_input("--translations" if translations else "--rephrasings", exc) from exc
+        return self._rows
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(self.rows)
+
+    @property
+    def caption_rows(self) -> dict[str, list[Row]]:
+        """Caption rows by dataset (when a caption family is selected and a dual encoder is there), else {}."""
+        if self._caption_rows is None:
+            try:
+                self._caption_rows = caption_rows(self.spec)
+            except (RowError, FileNotFoundError) as exc:
+                raise bad_input("--captions", exc) from exc
+        return self._caption_rows
+
+    @property
+    def thresholds(self):
+        """The limits: ``--thresholds`` with the ``--limitations`` overlay, validated against the declarations."""
+        if self._thresholds is None:
+            from laya_robustness.gate.limits import run_limits
+            from laya_robustness.gate.thresholds import ThresholdsError
+            from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
+
+            try:
+                self._thresholds = run_limits(self.settings.thresholds, datasets=[*self.rows, *self.caption_rows],
+                                              conditions=INVARIANCE_CONDITIONS, limitations=self.settings.limitations)
+            except ThresholdsError as exc:
+                raise UsageError(str(exc), "--thresholds", hint="edit that key of the file (the checks and their "
+                                 "ranges: docs/verdicts.md; the fixes: docs/errors.md)") from exc
+        return self._thresholds
+
+    @property
+    def baseline_records(self) -> list:
+        """The records of --baseline."""
+        if self._baseline is None:
+            from laya_robustness.predictions import PredictionError, read_predictions
+
+            try:
+                self._baseline = read_predictions(self.settings.baseline)
+            except (PredictionError, OSError) as exc:
+                raise bad_input("--baseline", exc) from exc
+        return self._baseline
+
+
+def bad_input(flag: str, problem: object) -> UsageError:
+    """A bad input file of option ``flag`` (the problem names its file, line and field)."""
+    from laya_robustness.run.options import bad_value
+
+    return bad_value(flag, problem)

@@ -1,12 +1,16 @@
 """The ``meta`` blocks of summary.json and invariance.json: what was run, on what, with which versions (read from
-the run's session: its settings, inputs, rows and the loaded scorers' identities)."""
+the run: its settings, inputs, rows and the loaded scorers' identities)."""
 
 from __future__ import annotations
 
 import platform
 from importlib import metadata
+from typing import TYPE_CHECKING
 
 from laya_robustness.run.fingerprints import data_fingerprint
+
+if TYPE_CHECKING:
+    from laya_robustness.run.gate_run import GateRun
 
 LIBRARIES = ("laya-robustness", "torch", "transformers", "tokenizers", "pillow", "numpy")
 
@@ -21,22 +25,22 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def run_meta(session, device: str) -> dict:
+def run_meta(run: GateRun, device: str) -> dict:
     """Seed, rows per set, the data (path and fingerprint), model identity (name and weight hashes), device,
     precision, batch size, versions, and where the rows were scored when not in this process."""
-    s = session.settings
-    identity = dict(session.identities.get(device, {}))
-    identity["model"] = session.model_name
-    dual = session.identities.get(f"{device}/dual")
+    s = run.settings
+    identity = dict(run.identities.get(device, {}))
+    identity["model"] = run.model_name
+    dual = run.identities.get(f"{device}/dual")
     if dual:
         identity["dual"] = dict(dual)
     meta = {
         "seed": s.seed,
         "rows_per_set": s.rows_per_set,
-        "datasets": {name: len(rows) for name, rows in {**session.rows, **session.caption_rows}.items()},
+        "datasets": {name: len(rows) for name, rows in {**run.rows, **run.caption_rows}.items()},
         "data": str(s.data),
-        "data_fingerprint": data_fingerprint({**session.rows, **session.caption_rows}),
-        "inputs": session.inputs.inputs_meta(),
+        "data_fingerprint": data_fingerprint({**run.rows, **run.caption_rows}),
+        "inputs": run.inputs.spec.inputs_meta(),
         "families": list(s.families),
         "model": identity,
         "device": device,
@@ -46,13 +50,13 @@ def run_meta(session, device: str) -> dict:
         "temperatures": s.temperatures,
         "versions": library_versions(),
     }
-    return with_executor(meta, session, device)
+    return with_executor(meta, run, device)
 
 
-def with_executor(meta: dict, session, device: str) -> dict:
+def with_executor(meta: dict, run: GateRun, device: str) -> dict:
     """``meta`` with the ``executor`` block of a run scored outside this process (``--executor ray``: the
     address, the actors, the nodes they ran on, their devices, the actors replaced); a local run has none."""
-    executor = session.executor_meta(device)
+    executor = run.models.executor_meta(device)
     return meta if executor is None else {**meta, "executor": executor}
 
 
@@ -77,19 +81,19 @@ def device_name(device: str) -> str:
     return f"cpu ({platform.machine()}, {platform.processor() or 'unknown processor'})"
 
 
-def invariance_meta(session, device: str) -> dict:
+def invariance_meta(run: GateRun, device: str) -> dict:
     """invariance.json's meta: device name, checkpoint hashes, datasets, seed, code commit, precisions."""
-    conditions = session.invariance_results.get(device, {})
-    executor = session.executor_meta(device) or {}
+    conditions = run.invariance_results.get(device, {})
+    executor = run.models.executor_meta(device) or {}
     meta = {
         "device": device,
         "device_name": ", ".join(executor.get("device_names", ())) or device_name(device),
-        "model": {**session.identities.get(device, {}), "model": session.model_name},
-        "datasets": {name: min(len(rows), session.settings.invariance_rows) for name, rows in session.rows.items()},
-        "seed": session.seed,
-        "code_commit": code_commit(session.config.rootpath),
-        "batch_size": session.settings.batch_size,
+        "model": {**run.identities.get(device, {}), "model": run.model_name},
+        "datasets": {name: min(len(rows), run.settings.invariance_rows) for name, rows in run.rows.items()},
+        "seed": run.seed,
+        "code_commit": code_commit(run.root),
+        "batch_size": run.settings.batch_size,
         "precision": {name: stats["precision"] for name, stats in sorted(conditions.items())},
         "versions": library_versions(),
     }
-    return with_executor(meta, session, device)
+    return with_executor(meta, run, device)

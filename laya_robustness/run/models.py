@@ -1,5 +1,5 @@
-"""Which models a run scores with: the kind of a checkpoint (a dual encoder or a question model), where a
-scorer's identity is kept, and loading the scorer of a row source on a device."""
+"""Which models a run scores with: the kind of a checkpoint (a dual encoder or a question model), the weights a
+checkpoint holds, where a scorer's identity is kept, and loading the scorer of a row source on a device."""
 
 from __future__ import annotations
 
@@ -75,3 +75,4 @@ def load_source_scorer(settings, model: str, device: str, dual: bool):
                        attn_implementation=s.attn_implementation, feature_cache_bytes=s.feature_cache_mb << 20,
                        pixel_cache_bytes=s.pixel_cache_mb << 20, prefix_cache_bytes=s.prefix_cache_mb << 20,
                        served=served)
+

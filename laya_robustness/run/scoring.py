@@ -11,7 +11,6 @@ probabilities its record holds the chosen option alone (``records.GENERATED_FIEL
 from __future__ import annotations
 
 import collections.abc
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -148,22 +147,6 @@ def scoring_chunks(rows: Sequence[Row], scoring_path: str, batch_size: int, per_
     return [c for c in chunks if c]
 
 
-class LocalExecutor:
-    """Scores chunks of rows in this process, one after another (``--executor local``, the default)."""
-
-    def __init__(self, scoring: Scoring):
-        self.scoring = scoring
-
-    def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
-        """``(index, records)`` of each chunk as it is scored; another executor may yield them in any order."""
-        index = 0
-        for rows in chunks:  # not enumerate: its cached (index, rows) pair would keep a scored chunk's pixels
-            records = self.scoring.records(rows)
-            del rows  # the chunk's pixels go before the next chunk is given its own
-            yield index, records
-            index += 1
-
-
 class ChunksWithPixels(collections.abc.Sequence):
     """The chunks of rows an executor scores, each given its pixels (``run.images.rows_with_pixels``) only when it
     is asked for: a run's rows carry waiting images, and only the chunks in hand hold decoded ones."""
@@ -180,41 +163,6 @@ class ChunksWithPixels(collections.abc.Sequence):
     def __iter__(self) -> Iterator[list[Row]]:
         for index in range(len(self.chunks)):
             yield self[index]
-
-
-class ConcurrentExecutor:
-    """Scores chunks on ``workers`` threads (a served model's requests in flight together), yielding each chunk as
-    it finishes. When one fails, the chunks not started are cancelled, those in flight are waited for and
-    yielded if they succeeded (so they are journaled), and then the first error propagates."""
-
-    def __init__(self, scoring: Scoring, workers: int):
-        self.scoring, self.workers = scoring, workers
-
-    def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
-        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="laya-requests")
-        try:
-            futures = {pool.submit(self.scoring.records, rows): i for i, rows in enumerate(chunks)}
-            error = None
-            for future in as_completed(futures):
-                if future.cancelled():
-                    continue
-                if future.exception() is None:
-                    yield futures[future], future.result()
-                    continue
-                error = error or future.exception()
-                for other in futures:
-                    other.cancel()
-            if error is not None:
-                raise error
-        finally:  # an interrupted run does not wait for the requests not yet sent
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
-def executor_for(scoring: Scoring):
-    """The executor of a scoring: concurrent requests for a served model, else this process, chunk by chunk."""
-    if answers_in_text(scoring.scorer):
-        return ConcurrentExecutor(scoring, scoring.scorer.concurrency)
-    return LocalExecutor(scoring)
 
 
 def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],

@@ -26,7 +26,7 @@ Rewrites (kind ``rewrite``):
   "there is|are" agrees with the new first phrase).
 
 User paraphrases (kind ``user``, rule ``user_<k>``): texts given per row id in a JSONL file
-(:func:`load_paraphrases`), passed to :func:`build_paraphrases`.
+(``loaders.variants.load_paraphrases``), passed to :func:`build_paraphrases`.
 
 ``lgip_flip`` (meaning contradicted; ``meta``: ``attribute``, ``strength``, ``from``, ``to``):
 one substitution of a colour word, an object word or a count, which must contradict the image.
@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from laya_robustness.families.lgip.grammar import (
@@ -75,7 +74,7 @@ from laya_robustness.families.lgip.grammar import (
 )
 from laya_robustness.metrics.lgip import ATTRIBUTES, FAMILY_COMBINED, FAMILY_FLIP, FAMILY_PARAPHRASE, STRENGTHS
 from laya_robustness.rng import keyed_rng
-from laya_robustness.rows import Row, RowError
+from laya_robustness.rows import Row
 from laya_robustness.scenes import COLOURS, SHAPES
 
 MAX_COUNT_OFFSET = 3
@@ -324,31 +323,6 @@ def paraphrases(text: str) -> dict[str, str]:
         new = rule(text)
         if new is not None and new != text:
             out[name] = new
-    return out
-
-
-def load_paraphrases(path: str | Path) -> dict[str, tuple[str, ...]]:
-    """User paraphrases from a JSONL file: ``{"row_id": "...", "paraphrases": ["...", ...]}`` per line.
-
-    Raises ``RowError`` naming the file, line and field (a row id given twice is an error).
-    """
-    from laya_robustness.loaders.jsonl import json_objects
-
-    path = Path(path)
-    out: dict[str, tuple[str, ...]] = {}
-    for line, record in json_objects(path):
-        row_id = record.get("row_id")
-        if not isinstance(row_id, str) or not row_id:
-            raise RowError(path, line, "row_id", f"expected a non-empty string, got {row_id!r}")
-        if row_id in out:
-            raise RowError(path, line, "row_id", f"{row_id!r} appears twice")
-        values = record.get("paraphrases")
-        if not isinstance(values, list) or not values:
-            raise RowError(path, line, "paraphrases", "expected a non-empty list of strings")
-        for k, value in enumerate(values):
-            if not isinstance(value, str) or not value.strip():
-                raise RowError(path, line, f"paraphrases[{k}]", f"expected a non-empty string, got {value!r}")
-        out[row_id] = tuple(v.strip() for v in values)
     return out
 
 

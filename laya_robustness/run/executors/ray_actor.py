@@ -6,6 +6,7 @@ from typing import Callable, Mapping, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
+from laya_robustness.run.executors.base import forget_images
 from laya_robustness.run.invariance import InvarianceRun
 from laya_robustness.run.meta import device_name
 from laya_robustness.run.models import load_source_scorer
@@ -50,9 +51,8 @@ class ScoringActor:
 
     def forget_images(self, source: str, digests: Sequence[str]) -> None:
         """Let ``source``'s scorer forget these images, where it can (``forget_images``; ``run.variants``)."""
-        forget = getattr(self.scorings[source].scorer, "forget_images", None) if source in self.scorings else None
-        if forget is not None:
-            forget(digests)
+        if source in self.scorings:
+            forget_images(self.scorings[source].scorer, digests)
 
     def invariance(self, source: str, condition: str, rows: Sequence[Row], batch_size: int, temperatures) -> dict:
         """One invariance condition's stats on this actor's ``source`` scorer (each reference computed once)."""

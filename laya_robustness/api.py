@@ -1,0 +1,273 @@
+"""The gate as a Python call: ``run_gate(...)`` runs every check the pytest gate runs (each family on each dataset,
+the invariance conditions, the --baseline comparison) on one device, without pytest, and returns a ``GateResult``.
+
+Its arguments are the options with the same defaults and the same validation (``--rows-per-set`` is
+``rows_per_set``); a bad value raises ``UsageError`` naming the argument and what to pass. ``model`` is a hub
+id, a directory, or a transformers model loaded in memory (with ``processor``), scored as it stands. No report
+is written unless ``report_dir`` is given (``GateResult.write(dir)`` writes them later); a part that breaks
+raises ``HarnessError`` once what was scored is journaled (and, with ``report_dir``, reported as incomplete).
+
+>>> result = run_gate(families=["option_order"], rows_per_set=4)           # doctest: +SKIP
+>>> result.passed, result.exit_status, [f.message for f in result.failures]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from laya_robustness.families import declared
+from laya_robustness.gate.explain import failure_message
+from laya_robustness.gate.results import CheckResult
+from laya_robustness.gate.verdict import FAIL, XPASS
+from laya_robustness.records import ORIG
+from laya_robustness.run.errors import HarnessError, UsageError
+from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped
+from laya_robustness.run.invariance import CONDITION_NAMES, DUAL_CONDITIONS
+from laya_robustness.run.journal import JOURNAL_DIR
+from laya_robustness.run.options import OPTIONS, by_field, default_of, parse_settings
+from laya_robustness.run.reports import data_files
+from laya_robustness.run.scope import Scope, decide_scope
+
+#: ``progress(label, done, total)``: told the rows scored of each cell (``label``: family/dataset (device)).
+ProgressCallback = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One check that failed the gate: a limit crossed, or a known limitation that now passes (``xpass``)."""
+
+    family: str
+    dataset: str
+    check: str
+    value: float | None
+    limit: float
+    interval: tuple[float, float] | None
+    message: str
+    kind: str = FAIL  # or XPASS
+
+
+@dataclass
+class GateResult:
+    """What a gate run found: ``passed`` (``exit_status`` 0) or not (1, as the pytest gate would exit), the
+    ``summary`` (what summary.json holds), the ``checks`` (checks.json), the ``failures``, the ``invariance``
+    stats (invariance.json, None without any), the ``scope`` (what the run covered) and the checks that did not
+    run with their reasons (``skipped``: test id -> reason)."""
+
+    passed: bool
+    exit_status: int
+    summary: dict
+    checks: dict
+    failures: list[Failure]
+    invariance: dict | None
+    scope: Scope | None
+    skipped: dict[str, str] = field(default_factory=dict)
+    _run: GateRun | None = field(default=None, repr=False, compare=False)
+
+    def write(self, report_dir: str | Path) -> list[Path]:
+        """Write the run's report files (summary.json, checks.json, predictions.jsonl.gz, invariance.json,
+        report.html, summary.md) in ``report_dir``, all or none; the paths written."""
+        from laya_robustness.report.folder import write_reports
+
+        folder = Path(report_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        written = write_reports(self._run, folder)
+        if not written:
+            raise HarnessError(self._run.harness_errors[-1])
+        return written
+
+
+def _text(name: str, value: Any) -> str:
+    """An argument's value as the option's text (``families=["a", "b"]`` -> ``a,b``; True -> ``yes``)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "auto" if name == "journal" else "none"
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _raw_options(arguments: Mapping[str, Any]) -> dict[str, str]:
+    """The options' raw texts from ``run_gate``'s arguments (an unknown one: TypeError naming it)."""
+    raw = {}
+    for name, value in arguments.items():
+        try:
+            opt = by_field(name)
+        except StopIteration:
+            import difflib
+
+            close = difflib.get_close_matches(name, [o.field for o in OPTIONS], n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise TypeError(f"run_gate() got an unexpected argument {name!r}{hint}") from None
+        raw[opt.flag] = _text(name, value)
+    return raw
+
+
+class _Tracker:
+    """A progress tracker that tells ``callback`` the rows done of one cell."""
+
+    def __init__(self, callback: ProgressCallback, label: str, total: int):
+        self.callback, self.label, self.total, self.done = callback, label, total, 0
+
+    def update(self, n: int) -> None:
+        self.done += n
+        self.callback(self.label, self.done, self.total)
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(progress: bool | ProgressCallback):
+    """The run's progress factory: nothing (False), a tqdm bar per cell on stderr (True), or a callback."""
+    if not progress:
+        return None
+    if callable(progress):
+        return lambda device, label, total: _Tracker(progress, f"{label} ({device})", total)
+    from tqdm import tqdm
+
+    return lambda device, label, total: tqdm(total=total, desc=f"scoring {label} ({device})", unit="rows")
+
+
+def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | None = None,
+             families: Iterable[str] | str | None = None, seed: int | None = None, rows_per_set: int | None = None,
+             thresholds: str | Path | None = None, limitations: str | Path | None = None, device: str | None = None,
+             scorer: str | None = None, endpoint: str | None = None, executor: str | None = None,
+             batch_size: int | None = None, scoring_path: str | None = None, report_dir: str | Path | None = None,
+             resume: bool = False, baseline: str | Path | None = None, invariance: bool = True,
+             progress: bool | ProgressCallback = False, root: str | Path | None = None,
+             **options: Any) -> GateResult:
+    """Run the gate (see the module doc). Every argument left as None takes its option's default (``pytest
+    --help`` and docs/options.md list them; any other option is a keyword of its name, e.g.
+    ``invariance_rows=4``); relative paths are read against ``root`` (default: the working folder). ``device``
+    defaults to an in-memory model's own device; ``invariance=False`` leaves the invariance conditions out;
+    ``progress``: True for a tqdm bar per cell, or ``callback(label, done, total)``."""
+    in_memory = model is not None and not isinstance(model, (str, Path))
+    if processor is not None and not in_memory:
+        raise UsageError("processor: only a model loaded in memory takes one (a directory or hub id has its own)",
+                         hint="pass model=<a transformers model object> with processor=, or leave processor out")
+    if in_memory and processor is None:
+        raise UsageError("processor: a model loaded in memory needs its processor (processor=AutoProcessor...)")
+    given = {"model": None if in_memory else model, "data": data, "families": families, "seed": seed,
+             "rows_per_set": rows_per_set, "thresholds": thresholds, "limitations": limitations, "device": device,
+             "scorer": scorer, "endpoint": endpoint, "executor": executor, "batch_size": batch_size,
+             "scoring_path": scoring_path, "baseline": baseline, "resume": resume or None, **options}
+    given = {k: v for k, v in given.items() if v is not None}
+    if in_memory:
+        given["model"] = getattr(model, "name_or_path", "") or "in-memory"
+        given.setdefault("device", str(getattr(model, "device", "cpu")))
+        given["dual_model"] = given.get("dual_model", "none")
+    root = Path(root) if root is not None else Path.cwd()
+    scratch = None if report_dir is not None else Path(tempfile.mkdtemp(prefix="laya-run-"))
+    given["report_dir"] = report_dir if report_dir is not None else scratch
+    try:
+        settings = parse_settings(_raw_options(given), root=root, cwd=Path.cwd(), model_given="model" in given)
+    except UsageError as exc:
+        _remove(scratch)
+        raise exc.for_arguments() from None
+    if in_memory and settings.executor != "local":
+        _remove(scratch)
+        raise UsageError("executor: a model loaded in memory is scored in this process: executor='local'")
+    run = GateRun(settings, root=root, progress=_progress(progress), model_object=model if in_memory else None,
+                  processor=processor)
+    try:
+        result = _judged(run, invariance, write=report_dir is not None)
+    except UsageError as exc:
+        _remove(scratch)
+        raise exc.for_arguments() from None
+    except HarnessError as exc:
+        if scratch is not None and settings.journal is None:  # what was scored stays, to be resumed
+            raise HarnessError(f"{exc} (what was scored is journaled in {scratch / JOURNAL_DIR}: run_gate(..., "
+                               f"journal={str(scratch / JOURNAL_DIR)!r}, resume=True) scores only the rest)",
+                               stops_run=exc.stops_run) from exc
+        raise
+    finally:
+        run.close()
+    _remove(scratch)
+    return result
+
+
+def _remove(scratch: Path | None) -> None:
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _judged(run: GateRun, invariance: bool, write: bool) -> GateResult:
+    """Every check of the run on its device, its reports (written with ``write``), and the result."""
+    device, skipped, failures = run.settings.device, {}, []
+    run.validate_inputs()
+    if write:
+        run.claim_report_dir()
+    run.models.connect_cluster()
+    if run.models.served and (why := run.models.endpoint_unreachable()):
+        raise HarnessError(why, stops_run=True)
+    checks: list[tuple[str, Callable[[], Any]]] = []
+    for family in declared():
+        if family.name == ORIG or family.name in run.families:
+            for dataset in run.rows_of(family.name):
+                checks.append((f"{family.name}[{dataset}-{device}]", lambda f=family.name, d=dataset:
+                               run.check_family(f, d, device)))
+    if invariance:
+        checks += [(f"invariance[{device}-{c}]", lambda c=c: run.check_invariance(c, device)) for c in CONDITION_NAMES]
+        checks += [(f"dual_invariance[{device}-{c}]", lambda c=c: run.check_invariance(c, device, "captions"))
+                   for c in DUAL_CONDITIONS]
+    if run.settings.baseline is not None:
+        checks += [(f"no_regression[{f}-{device}]", lambda f=f: run.check_regression(f, device))
+                   for f in [ORIG, *run.families]]
+    for name, check in checks:
+        try:
+            failures += _failures(check())
+        except Skipped as exc:
+            skipped[name] = str(exc)
+        except HarnessError as exc:
+            if exc.stops_run:
+                break
+    return _result(run, device, failures, skipped, write)
+
+
+def _failures(check) -> list[Failure]:
+    """The failures of one judged cell, condition or regression, as the pytest gate would fail its test."""
+    if isinstance(check, CellCheck):
+        verdict = check.verdict
+        return [*(_failure(r, FAIL) for r in verdict.failures),
+                *(_failure(r, XPASS) for r in (verdict.fixed if verdict.outcome == XPASS else ()))]
+    return [_failure(r, FAIL) for r in check.results if not r.passed]
+
+
+def _failure(result: CheckResult, kind: str) -> Failure:
+    return Failure(result.family, result.dataset, result.check, result.value, result.limit, result.interval,
+                   failure_message(result, []), kind)
+
+
+def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, write: bool) -> GateResult:
+    """The run's scope, reports and result; its harness errors raised once they are reported."""
+    families = run.families
+    narrowed = [] if tuple(families) == default_of("--families") else [f"--families {','.join(families)}"]
+    if run.records or run.invariance_results:
+        scored = {(f, d) for f, d, dev in run.scored if dev == device}
+        judged = {(f, d) for f, d, dev in run.judged if dev == device}
+        run.scopes = {device: decide_scope(run.run_cells(), scored, judged, narrowed)}
+    if run.harness_errors:
+        run.incomplete_reason = f"{len(run.harness_errors)} harness error(s): {run.harness_errors[0]}"
+    elif device in run.scopes and not run.scopes[device].complete:
+        run.incomplete_reason = f"on {device} {run.scopes[device].shortfall}"
+    files = data_files(run) if run.records or run.invariance_results else {}
+    if write:
+        from laya_robustness.report.folder import write_reports
+
+        run.written = write_reports(run)
+    if run.harness_errors:
+        raise HarnessError(run.harness_errors[0] + (f" (and {len(run.harness_errors) - 1} more)"
+                                                    if len(run.harness_errors) > 1 else ""))
+    named = {path.name: data for path, data in files.items()}
+    checks = json.loads(named["checks.json"]) if "checks.json" in named else {"meta": {}, "results": []}
+    invariance = json.loads(named["invariance.json"]) if "invariance.json" in named else None
+    return GateResult(passed=not failures, exit_status=1 if failures else 0, summary=run.summaries.get(device, {}),
+                      checks=checks, failures=failures, invariance=invariance, scope=run.scopes.get(device),
+                      skipped=skipped, _run=run)

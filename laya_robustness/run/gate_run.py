@@ -1,0 +1,409 @@
+"""One gate run's state and its work, without pytest: ``GateRun`` scores each (family, dataset, device) cell once
+(journaled chunk by chunk), judges its limits, runs the invariance conditions and the --baseline comparison, and
+keeps what the reports are made of (records, check results, invariance stats, summaries, the report folder's
+lock). The pytest plugin turns its answers into test outcomes; ``run_gate`` runs every cell in turn.
+
+A check that cannot run here raises ``Skipped`` with the reason (pytest shows it as a skip); a judged cell comes
+back as a ``CellCheck``, ``InvarianceCheck`` or ``RegressionCheck`` holding the results, which the caller turns
+into its own outcome. Bad input is a ``UsageError`` (exit 4), a broken part a ``HarnessError`` (exit 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from laya_robustness.families import get_family
+from laya_robustness.gate.judgement import Judgement, evaluate_cell, evaluate_invariance
+from laya_robustness.gate.limits import regression_limits
+from laya_robustness.gate.results import CheckResult
+from laya_robustness.gate.verdict import Verdict, cell_verdict
+from laya_robustness.metrics.baseline import ALL
+from laya_robustness.records import ORIG, Record
+from laya_robustness.run.errors import stops_run
+from laya_robustness.run.images import rows_with_pixels
+from laya_robustness.run.inputs import RunInputs
+from laya_robustness.run.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
+from laya_robustness.run.journal import JOURNAL_DIR, open_journal
+from laya_robustness.run.lock import Lease, RunIdentity, claim, release
+from laya_robustness.run.models import identity_key
+from laya_robustness.run.scorers import RunScorers, served_without_dual
+from laya_robustness.run.scoring import score_journaled, scoring_chunks
+from laya_robustness.run.variants import VariantImages, family_variants
+from laya_robustness.scoring.base import answers_in_text
+from laya_robustness.scoring.malloc import give_back_freed_memory
+from laya_robustness.summary import CellCache, family_cell, summarize
+
+
+class Skipped(Exception):
+    """A check that does not run in this configuration (a family not selected, no variant, no limit): the reason."""
+
+
+class Quiet:
+    """A progress tracker that shows nothing."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+#: ``progress(device, label, total)`` -> a tracker with ``update(n)`` and ``close()``.
+Progress = Callable[[str, str, int], Any]
+
+
+@dataclass(frozen=True)
+class CellCheck:
+    """One cell judged: its verdict, the records it was judged on and where its limits came from."""
+
+    family: str
+    dataset: str
+    verdict: Verdict
+    records: Sequence[Record]
+    limits_files: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class InvarianceCheck:
+    """One invariance condition judged: its results and stats."""
+
+    condition: str
+    results: list[CheckResult]
+    stats: dict
+
+
+@dataclass(frozen=True)
+class RegressionCheck:
+    """One family against the --baseline: its results and the paired comparison they judged."""
+
+    family: str
+    results: list[CheckResult]
+    cell: dict
+
+
+def reported_condition(condition: str, source: str) -> str:
+    """The name an invariance condition is reported under: its own for the question model, ``dual:<condition>``
+    for the dual encoder (in invariance.json and checks.json alike)."""
+    return condition if source == "rows" else f"{DUAL_PREFIX}{condition}"
+
+
+class GateRun:
+    """A gate run of ``settings`` (``run.options.Settings``): see the module doc.
+
+    ``root``: the project root (the embedded default's files, the code commit in the reports); ``run``: the run
+    this process belongs to (an xdist worker shares its controller's), ``worker``: its xdist worker id;
+    ``progress`` makes a tracker per scored cell; ``model_object`` / ``processor``: a transformers model loaded in
+    memory, scored as it stands instead of ``settings.model``.
+    """
+
+    def __init__(self, settings, *, root: Path, run: RunIdentity | None = None, worker: str | None = None,
+                 progress: Progress | None = None, model_object=None, processor=None):
+        self.settings, self.root = settings, Path(root)
+        self.run_identity, self.worker = run or RunIdentity.this_process(), worker
+        self.progress: Progress = progress or (lambda device, label, total: Quiet())
+        self.harness_errors: list[str] = []
+        self.models = RunScorers(settings, self.root, self.harness_errors, model_object, processor)
+        self.inputs = RunInputs(settings, self.models.probes_captions(settings.families))
+        self.kept_freed_memory = False  # whether malloc keeps freed memory (scoring.malloc), set by the caller
+        self.lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
+        self._lease: Lease | None = None
+        self.scored: set[tuple[str, str, str]] = set()  # (family, dataset, device) scored in this process
+        self.records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
+        self._cell_records: dict[tuple, list[Record]] = {}  # (device, family, dataset) -> its records, once scored
+        self.results: list[dict] = []  # check results of this process
+        self.judged: set[tuple[str, str, str]] = set()  # (family, dataset, device) whose check reached a verdict
+        self.scopes: dict = {}  # device -> run.scope.Scope of its report, decided when the run ends
+        self.summaries: dict[str, dict] = {}  # device -> summary.json, once made
+        self._invariance: dict[str, object] = {}
+        self._journals: dict[str, object] = {}
+        self._n_interval_checks: int | None = None
+        self._summary_cache: dict[str, tuple] = {}  # device -> (records key, summary): see records_summary
+        self.cells = CellCache()  # the summary cells computed so far, shared by the checks and the summary
+        self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
+        self.written: list = []
+        self.incomplete_reason: str | None = None  # set when the run ends
+        self.kept_previous_report = False
+
+    # what the reports and the adapters read by name
+    seed = property(lambda self: self.settings.seed)
+    families = property(lambda self: self.settings.families)
+    report_dir = property(lambda self: self.settings.report_dir)
+    rows = property(lambda self: self.inputs.rows)
+    datasets = property(lambda self: self.inputs.datasets)
+    caption_rows = property(lambda self: self.inputs.caption_rows)
+    thresholds = property(lambda self: self.inputs.thresholds)
+    identities = property(lambda self: self.models.identities)
+    model_name = property(lambda self: self.models.model_name)
+
+    def rows_of(self, family: str) -> dict:
+        """The source rows a family is built from, by dataset (question rows or caption rows)."""
+        return self.caption_rows if get_family(family).source == "captions" else self.rows
+
+    def validate_inputs(self) -> None:
+        """Read the rows and the limits now: their errors are usage errors before any work starts."""
+        self.thresholds  # noqa: B018  (reads the rows too)
+
+    # -- the report folder ----------------------------------------------------------------------
+
+    def claim_report_dir(self, on_wait: Callable[[object], None] | None = None) -> None:
+        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.lock``), renewing its lease
+        while the process runs; ``on_wait(holder)`` is told when another run holds it and this one waits. Raises
+        ``ReportDirInUse`` or ``OSError``."""
+        held = claim(self.report_dir, self.run_identity, wait_s=self.settings.report_dir_wait, on_wait=on_wait)
+        if held.waited_for is not None:
+            self.lock_notes.append(f"waited for the run that held {self.report_dir} to end "
+                                   f"({held.waited_for.describe()})")
+        if held.previous is not None:
+            self.lock_notes.append(f"took over the lock of {self.report_dir} from a run that is gone "
+                                   f"({held.previous.describe()})")
+        if self._lease is None:
+            self._lease = Lease(self.report_dir, self.run_identity)
+
+    def release_report_dir(self) -> None:
+        """Stop renewing the lock; the run's main process (not an xdist worker) also removes it."""
+        if self._lease is not None:
+            self._lease.stop()
+        if self.worker is None:
+            release(self.report_dir, self.run_identity)
+
+    def close(self) -> None:
+        """Release the report folder and stop the run's Ray actors."""
+        self.release_report_dir()
+        self.models.close()
+
+    # -- scoring --------------------------------------------------------------------------------
+
+    def _source_of(self, family: str, dataset: str) -> str:
+        """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
+        if family == ORIG:
+            return "captions" if dataset in self.caption_rows else "rows"
+        return get_family(family).source
+
+    def family_rows(self, family: str, dataset: str):
+        """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
+        family allows (``run.variants``)."""
+        source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
+        return family_variants(family, source[dataset], self.settings.seed, self.inputs.images)
+
+    def journal(self, device: str, source: str):
+        """The journal this process appends ``source`` records of ``device`` to (``run.journal``)."""
+        key = identity_key(device, source)
+        if key not in self._journals:
+            identity, s = self.models.identity(device, source), self.settings
+            settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
+                        "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
+                        "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
+            self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, self.worker,
+                                               identity, settings, resume=s.resume, run=self.run_identity.token)
+        return self._journals[key]
+
+    def _score(self, family: str, dataset: str, device: str) -> None:
+        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored;
+        with --resume the rows an earlier run journaled are reused and only the others scored."""
+        key = (family, dataset, device)
+        if key in self.scored:
+            return
+        source, models = self._source_of(family, dataset), self.models
+        executor, journal = models.executor(device, source), self.journal(device, source)
+        scorer = None if models.uses_ray else models.scorer(device, source)  # on Ray, the actors hold the scorers
+        rows = self.family_rows(family, dataset)
+        progress = self.progress(device, f"{family}/{dataset}", len(rows))
+        chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
+                                per_row=answers_in_text(scorer))
+        variant_images = VariantImages(rows, self.inputs.images, executor)
+        let_go = 0  # decoded bytes of the images let go since freed memory was last given back
+
+        def chunk_done(done_rows: list) -> None:
+            nonlocal let_go
+            let_go += variant_images.done(done_rows)
+            if self.kept_freed_memory and let_go > self.inputs.images.max_bytes // 2:  # see scoring.malloc
+                give_back_freed_memory()
+                let_go = 0
+
+        try:
+            cell = score_journaled(executor, journal, rows, chunks, progress.update, chunk_done)
+        except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
+            raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {self.model_name!r} "
+                                       f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
+        finally:
+            progress.close()
+            variant_images.all_done()
+            if self.kept_freed_memory:
+                give_back_freed_memory()
+        store = self.records.setdefault(device, {})
+        for rec in cell:
+            store[rec.row_id] = rec
+        self._cell_records[(device, family, dataset)] = cell
+        self.scored.add(key)
+
+    def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
+        """The orig and ``family`` records of one dataset on one device (scored once per process)."""
+        self._score(ORIG, dataset, device)
+        self._score(family, dataset, device)
+        orig = self.records_of(device, ORIG, dataset)
+        return list(orig) if family == ORIG else [*orig, *self.records_of(device, family, dataset)]
+
+    def records_of(self, device: str, family: str, dataset: str) -> list[Record]:
+        """The records of one cell: as scoring stored them, else (records merged from xdist workers) found."""
+        key = (device, family, dataset)
+        if key not in self._cell_records:
+            self._cell_records[key] = [r for r in self.records.get(device, {}).values()
+                                       if r.family == family and r.dataset == dataset]
+        return self._cell_records[key]
+
+    def forget_cell(self, device: str, family: str, dataset: str) -> None:
+        """Drop the cached records of a cell (records merged from a worker change it)."""
+        self._cell_records.pop((device, family, dataset), None)
+
+    def add_records(self, device: str, records: Sequence[Record]) -> None:
+        """Records scored elsewhere (an xdist worker's), each cell they touch found again when asked."""
+        store = self.records.setdefault(device, {})
+        for record in records:
+            store[record.row_id] = record
+            self.forget_cell(device, record.family, record.dataset)
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def check_family(self, family: str, dataset: str, device: str) -> CellCheck:
+        """Evaluate every limit of (family, dataset): its verdict, or ``Skipped`` with the reason."""
+        if family != ORIG and family not in self.families:
+            raise Skipped(f"{family} is not in --families ({','.join(self.families)})")
+        reason = self.models.skip_reason(family)
+        if reason:
+            raise Skipped(reason)
+        limits = self.thresholds.limits_for(family, dataset)
+        records = self.family_records(family, dataset, device)
+        if not any(r.family == family for r in records):
+            self.judged.add((family, dataset, device))  # nothing to judge
+            raise Skipped(f"{family} builds no variant of any {dataset} row: {get_family(family).when_empty}")
+        cell = family_cell(records, family, dataset, seed=self.seed, cache=self.cells)
+        if not limits:
+            self.judged.add((family, dataset, device))
+            raise Skipped(f"scored; the limits set none for {family} on {dataset}")
+        results = evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
+        self.judged.add((family, dataset, device))
+        have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
+
+        def known(check: str) -> str | None:
+            limitation = self.thresholds.known_limitation(family, dataset, check)
+            return limitation.reason if limitation else None
+
+        self.results += [{**asdict(r), "device": device, "n_rows_have": have, "known": known(r.check) is not None}
+                         for r in results]
+        return CellCheck(family, dataset, cell_verdict(results, known), records,
+                         (self.thresholds.path, *self.thresholds.overlays))
+
+    def judgement(self, family: str, dataset: str) -> Judgement:
+        """How the limits of one cell are judged (their judge, and alpha / m of the whole run)."""
+        t = self.thresholds
+        return Judgement(lambda check: t.judge_for(family, dataset, check), t.gate.alpha_each(self.n_interval_checks))
+
+    def invariance(self, condition: str, device: str, source: str = "rows") -> dict:
+        """The stats of one invariance condition of the ``source`` model on ``device`` (references computed
+        once per process). The dual encoder is checked on caption rows, under the conditions it can take."""
+        models = self.models
+        if source == "rows" and models.model_is_dual:
+            raise Skipped("--model is a dual encoder: its invariance conditions run in test_dual_invariance")
+        if source == "captions" and models.dual_model is None:
+            raise Skipped(served_without_dual("test_dual_invariance") if models.served else
+                          "no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
+        if source == "captions" and condition not in DUAL_CONDITIONS:
+            raise Skipped(f"{condition} needs rows with several or no images, which a dual encoder does not score")
+        key = identity_key(device, source)
+        if key not in self._invariance:
+            n = self.settings.invariance_rows
+            rows_by_dataset = self.caption_rows if source == "captions" else self.rows
+            rows = rows_with_pixels([r for name in rows_by_dataset for r in rows_by_dataset[name][:n]])
+            if not rows:
+                what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
+                raise Skipped(f"no {what} to score {condition} on")
+            self._invariance[key] = models.invariance_run(device, source, rows, self.settings.batch_size,
+                                                          self.settings.temperatures)
+        try:
+            stats = self._invariance[key].run(condition)
+        except ConditionNotSupported as exc:
+            raise Skipped(f"{condition} is not supported by this scorer: {exc}") from None
+        except Exception as exc:
+            raise models.harness_error(f"invariance condition {condition} on {device} with model "
+                                       f"{self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        self.invariance_results.setdefault(device, {})[reported_condition(condition, source)] = stats
+        return stats
+
+    def check_invariance(self, condition: str, device: str, source: str = "rows") -> InvarianceCheck:
+        """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
+        stats = self.invariance(condition, device, source)
+        section = limits_section(condition, stats["precision"])
+        limits = self.thresholds.invariance_limits(section)
+        if not limits:
+            raise Skipped(f"scored; the limits set none in [invariance.{section}]")
+        results = evaluate_invariance(condition, stats, limits)
+        results = [replace(r, dataset=reported_condition(condition, source)) for r in results]
+        self.results += [{**asdict(r), "device": device} for r in results]
+        return InvarianceCheck(reported_condition(condition, source), results, stats)
+
+    def run_cells(self) -> list[tuple[str, str]]:
+        """Every (family, dataset) cell the run's family checks evaluate: orig on the question sets, and each
+        selected family that can run on every dataset of its source."""
+        cells = [] if self.models.model_is_dual else [(ORIG, d) for d in self.datasets]
+        for family in self.families:
+            if not self.models.skip_reason(family):
+                cells += [(family, d) for d in self.rows_of(family)]
+        return cells
+
+    @property
+    def n_interval_checks(self) -> int:
+        """m: how many limits of the whole run are judged on their interval (each gets alpha / m), the
+        regression checks against a --baseline included."""
+        if self._n_interval_checks is None:
+            t = self.thresholds
+            m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
+            if self.settings.baseline is not None and t.gate.judge == "interval":
+                m += sum(len(regression_limits(t.gate, f)) for f in {f for f, _ in self.run_cells()})
+            self._n_interval_checks = m
+        return self._n_interval_checks
+
+    def check_regression(self, family: str, device: str) -> RegressionCheck:
+        """The family, over all its datasets, against the --baseline: its regression limits and the McNemar tests."""
+        if self.settings.baseline is None:
+            raise Skipped("no --baseline to compare with")
+        if family != ORIG and family not in self.families:
+            raise Skipped(f"{family} is not in --families ({','.join(self.families)})")
+        reason = None if family == ORIG else self.models.skip_reason(family)
+        if reason:
+            raise Skipped(reason)
+        datasets = [d for f, d in self.run_cells() if f == family]
+        # the family's records with the orig rows they pair with (a block cell such as lgip's needs them)
+        records = [r for d in datasets for r in self.family_records(family, d, device)]
+        summary = summarize(records, seed=self.seed, baseline=self.inputs.baseline_records, cache=self.cells)
+        cell = summary.get("baseline", {}).get(family, {}).get(ALL)
+        if not cell:
+            raise Skipped(f"the baseline has none of this run's {family} rows")
+        limits = regression_limits(self.thresholds.gate, family, cell)
+        if not limits and not cell["n_groups"]:
+            raise Skipped(f"no {family} row has a right answer (a caption has none): its accuracy cannot regress")
+        if not limits:
+            raise Skipped(f"the limits set no [gate] regression limit that applies to {family}")
+        judge = Judgement(lambda check: self.thresholds.gate.judge, self.thresholds.gate.alpha_each(self.n_interval_checks))
+        results = evaluate_cell(family, ALL, cell, limits, judge)
+        self.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
+        return RegressionCheck(family, results, cell)
+
+    # -- summaries ------------------------------------------------------------------------------
+
+    def full_summary(self, device: str) -> dict:
+        """The summary of every selected family that can run, on every dataset of its source (scoring
+        whatever is missing), with orig on the caption sets the lgip families pair with."""
+        for family, dataset in self.run_cells():
+            self.family_records(family, dataset, device)
+        return self.records_summary(device)
+
+    def records_summary(self, device: str) -> dict:
+        """``summarize`` of every record of ``device`` held now (no meta, no floor, no baseline), computed
+        once per set of records: the snapshot and the reports share it."""
+        records = self.records.get(device, {})
+        key = (device, len(records), hash(tuple(sorted(records))))
+        if self._summary_cache.get(device, (None,))[0] != key:
+            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self.cells))
+        return self._summary_cache[device][1]

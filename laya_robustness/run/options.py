@@ -1,0 +1,427 @@
+"""The gate's options, pytest-free: their declarations (flag, default, help, parser), their parsing into a
+``Settings`` record and its validation. The pytest plugin registers them as command-line and ini options, and
+``run_gate`` takes them as arguments; either way a bad value raises ``UsageError`` naming it, before any model
+is loaded or any row is read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Collection, Mapping
+
+from laya_robustness.embedded import (
+    EMBEDDED_CAPTIONS,
+    EMBEDDED_DATA,
+    EMBEDDED_DUAL_MODEL,
+    EMBEDDED_LIMITATIONS,
+    EMBEDDED_MODEL,
+)
+from laya_robustness.families import default_families, family_names
+from laya_robustness.gate.limits import resolve_limitations
+from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
+from laya_robustness.run.errors import UsageError
+from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, parse_ray_address, ray_installed
+from laya_robustness.scoring.factory import SERVED_SCORER
+from laya_robustness.scoring.served import endpoint_parts
+
+PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
+SCORING_PATHS = ("batch", "predict")
+PRECISIONS = ("auto", "fp32", "bf16")
+EXECUTORS = ("local", "ray")
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+_PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: ``--model`` when a served model is gated and the option is not given: the endpoint's only model.
+AUTO_MODEL = "auto"
+
+
+def _int(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise ValueError(f"{value} is below {low}")
+        return value
+
+    return parse
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _text(text: str) -> str:
+    if not text.strip():
+        raise ValueError("empty")
+    return text
+
+
+def parse_switch(text: str) -> bool:
+    """``yes`` / ``no`` (also true/false, 1/0, on/off)."""
+    value = text.strip().lower()
+    if value in ("yes", "true", "1", "on"):
+        return True
+    if value in ("no", "false", "0", "off"):
+        return False
+    raise ValueError(f"{text!r} is not yes or no")
+
+
+def parse_device(text: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:<n>`` or ``mps``."""
+    if not _DEVICE.match(text):
+        raise ValueError(f"{text!r} is not cpu, cuda, cuda:<n> or mps")
+    return text
+
+
+def parse_actors(text: str) -> int | None:
+    """``auto`` (None: one per GPU of the cluster for a CUDA device, else 2) or a number of actors >= 1."""
+    return None if text == "auto" else _int(1)(text)
+
+
+def parse_scorer(text: str) -> str:
+    """``hf``, ``openai`` (a model behind an OpenAI-compatible server) or a plug-in factory ``module:function``."""
+    if text not in ("hf", SERVED_SCORER) and not _PLUGIN.match(text):
+        raise ValueError(f"{text!r} is neither 'hf', '{SERVED_SCORER}' nor 'module:function'")
+    return text
+
+
+def parse_endpoint(text: str) -> str | None:
+    """``none`` or an http(s)://host[:port]/path URL without credentials (``scoring.served.endpoint_parts``)."""
+    if text == "none":
+        return None
+    endpoint_parts(text)
+    return text.rstrip("/")
+
+
+def parse_env_name(text: str) -> str:
+    """The name of an environment variable (the value is never read from the command line)."""
+    if not _ENV_NAME.match(text):
+        raise ValueError(f"{text!r} is not the name of an environment variable")
+    return text
+
+
+def parse_seconds(text: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{text} is not a number of seconds > 0")
+    return value
+
+
+def parse_families(text: str) -> tuple[str, ...]:
+    """Comma-separated family names, each known ("did you mean" otherwise), no duplicates."""
+    import difflib
+
+    names = tuple(f.strip() for f in text.split(",") if f.strip())
+    if not names:
+        raise ValueError("no family given")
+    known = family_names()
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"unknown family {name!r}{hint} (known: {', '.join(known)})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a family is named twice in {text!r}")
+    return names
+
+
+def parse_temperatures(text: str) -> dict[str, float]:
+    """``"choice=2.2,noul=2.13"`` -> ``{"choice": 2.2, "noul": 2.13, "score": 1.0}``; each finite and > 0."""
+    out = dict.fromkeys(PRIMITIVE_TEMPERATURES, 1.0)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if name not in out:
+            raise ValueError(f"unknown primitive {name!r} (known: {', '.join(PRIMITIVE_TEMPERATURES)})")
+        try:
+            number = float(value) if sep else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise ValueError(f"{part!r} is not primitive=number")
+        if not (math.isfinite(number) and number > 0):
+            raise ValueError(f"the temperature of {name} must be a finite number > 0, got {value}")
+        out[name] = number
+    return out
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    default: str
+    help: str
+    parse: Callable[[str], Any] = _text
+    switch: bool = False  # given alone on the command line (``--resume``); ini: yes / no
+    example: str = ""  # a value to type when one is wrong (default: the default)
+
+    @property
+    def dest(self) -> str:
+        return "laya_" + self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def field(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def typed(self) -> str:
+        """What to type for this option: ``--seed 0``, or the switch alone."""
+        return self.flag if self.switch else f"{self.flag} {self.example or self.default}"
+
+
+OPTIONS = (
+    Option("--model", EMBEDDED_MODEL, "hub id or local directory of the model to gate",
+           example="HuggingFaceTB/SmolVLM-256M-Instruct"),
+    Option("--data", EMBEDDED_DATA, "JSONL manifest, VLMEvalKit TSV, parquet file, datasets.save_to_disk directory, "
+           "or a directory of them", example="path/to/rows.jsonl"),
+    Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)", _int(0)),
+    Option("--seed", "0", "seed of row sampling, variants and the bootstrap", _int(0)),
+    Option("--families", ",".join(default_families()), "comma-separated families to score", parse_families,
+           example="option_order,image"),
+    Option("--batch-size", "16", "rows per forward on the batch path", _int(1)),
+    Option("--device", "cpu", "device of the tests not marked gpu (gpu-marked tests use cuda)", parse_device),
+    Option("--scoring-path", "batch", "how family rows are scored: batch (many rows per forward) or predict "
+           "(fp32, one call per image, prefix cache)", _choice(SCORING_PATHS)),
+    Option("--precision", "auto", "batch-path precision: auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16",
+           _choice(PRECISIONS)),
+    Option("--thresholds", "thresholds.toml", "the gate's limits file (release limits for any data)"),
+    Option("--limitations", "auto", "overlay of per-dataset overrides and known limitations: a file, none, or auto "
+           f"({EMBEDDED_LIMITATIONS} when the embedded rows and model are gated)"),
+    Option("--report-dir", "reports", "where summary.json and predictions.jsonl.gz are written"),
+    Option("--report-dir-wait", "0", "seconds to wait for another run that holds --report-dir to end before stopping "
+           "with exit 4 (0: stop at once)", _int(0)),
+    Option("--temperatures", "choice=1.0,noul=1.0,score=1.0", "per-primitive temperatures for probabilities and ECE",
+           parse_temperatures),
+    Option("--ece-floor-sims", "0", "ECE noise-floor redraws added to summary.json's floor block (0: none)", _int(0)),
+    Option("--invariance-rows", "8", "source rows per dataset scored under each invariance condition", _int(1)),
+    Option("--scorer", "hf", f"hf (AutoModelForImageTextToText), {SERVED_SCORER} (a model behind an OpenAI-compatible "
+           "chat endpoint: see --endpoint) or a plug-in factory 'module:function'", parse_scorer),
+    Option("--endpoint", "none", f"--scorer {SERVED_SCORER}: the server's OpenAI-compatible base URL, e.g. "
+           "http://127.0.0.1:8000/v1 (--model: its model id; may be left out when /v1/models lists one)",
+           parse_endpoint),
+    Option("--api-key-env", "OPENAI_API_KEY", "the environment variable holding the served model's API key (sent as "
+           "a bearer token; never written anywhere)", parse_env_name),
+    Option("--concurrency", "8", "requests in flight at once to a served model", _int(1)),
+    Option("--request-timeout", "60", "seconds a request to a served model may take before it is retried",
+           parse_seconds),
+    Option("--attn-implementation", "eager", "attention kernel passed to from_pretrained (eager is batch-invariant)"),
+    Option("--feature-cache-mb", "1024", "MiB of vision features the hf scorer keeps on the device, so each image is "
+           "encoded once for every family (a 13-tile SmolVLM-256M photo: 1.9 MiB); raise it for many images", _int(0)),
+    Option("--pixel-cache-mb", "1024", "MiB of preprocessed pixels the hf scorer keeps (a 13-tile SmolVLM photo: "
+           "65 MiB); a batch-path call whose pixels outgrow half of it is scored in windows", _int(0)),
+    Option("--prefix-cache-mb", "1024", "MiB of prompt-prefix keys and values the hf scorer keeps on the device, so an "
+           "image's prefix runs once for all its rows and families (a 17-tile SmolVLM-256M photo: 50 MiB in fp32); "
+           "0 turns prefix sharing off", _int(0)),
+    Option("--image-cache-mb", "64", "MiB of decoded images the run keeps between uses (source images, and a "
+           "family's variant images until their chunk is scored: 72 photos of 640 x 480); what does not fit is "
+           "decoded or rebuilt again when a chunk of rows needs it, so the decoded images held do not grow with "
+           "the rows", _int(0)),
+    Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
+           "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs), and gives it back "
+           "as images are let go (half --image-cache-mb of them) and at each cell's end; no: leave malloc as it is", parse_switch),
+    Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
+           "file, a caption JSONL file or a directory of them"),
+    Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
+           f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
+    Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
+    Option("--rephrasings", "none", "JSONL of your own question rephrasings by row id ({row_id, rephrasings: [...]}) "
+           "the rephrase family asks besides its built-in rules (python -m laya_robustness variants rephrase "
+           "writes one), or none"),
+    Option("--translations", "none", "JSONL of your own question translations by row id ({row_id, translations: "
+           "{language: text}}) the language family asks besides its built-in ones (python -m laya_robustness "
+           "variants translate writes one), or none"),
+    Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
+           "comparison with it and the regression checks (max_regression, max_flip_regression), or none"),
+    Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "
+           "once a run completes; a folder you name is kept, so runs can share it)"),
+    Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "
+           "rows, model and settings) and score only the rest", parse_switch, switch=True),
+    Option("--data-map", "none", "field=column pairs naming the parquet / datasets columns that hold row fields, "
+           "e.g. question=prompt,options=choices,label=answer_idx (field= leaves a same-named column unread)",
+           parse_data_map),
+    Option("--max-image-pixels", "40000000", "largest image accepted, width x height in pixels (e.g. 40000000 or "
+           "40M), checked from the header before decoding; the encoded bytes may be 4 per pixel + 1 MiB",
+           parse_max_image_pixels),
+    Option("--max-image-side", "1024", "longest image side: larger images are scaled down to it when read (bicubic, "
+           "aspect kept), as the stability study does; 0 keeps every size", _int(0)),
+    Option("--executor", "local", "where rows are scored: local (this process, or each xdist worker) or ray (a pool "
+           f"of Ray actors, each loading the model once; needs the cluster extra: {INSTALL_HINT})",
+           _choice(EXECUTORS)),
+    Option("--ray-address", "local", "the Ray cluster of --executor ray: local (started on this machine for the run), "
+           "auto (the cluster this machine belongs to, or RAY_ADDRESS), the head's host:port, or ray://host:port",
+           parse_ray_address),
+    Option("--ray-actors", "auto", "scoring actors of --executor ray: a number, or auto (one per GPU of the cluster "
+           "for a cuda device, else 2)", parse_actors),
+    Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
+           "directory (no: refuse them)", parse_allow_outside_data),
+)
+
+
+def option(flag: str) -> Option:
+    """The declaration of one option."""
+    return next(o for o in OPTIONS if o.flag == flag)
+
+
+def by_field(name: str) -> Option:
+    """The declaration of the option whose ``Settings`` field (and ``run_gate`` argument) is ``name``."""
+    return next(o for o in OPTIONS if o.field == name)
+
+
+def default_of(flag: str) -> Any:
+    """An option's default, parsed as its value would be (``default_of("--batch-size")`` is 16)."""
+    opt = option(flag)
+    return opt.parse(opt.default)
+
+
+def bad_value(flag: str, problem: object, instead: str | None = None) -> UsageError:
+    """A usage error naming the option, with what to type instead (``instead``, else the option with its example
+    or default)."""
+    return UsageError(f"{flag}: {problem}", flag, instead or option(flag).typed())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every option of a gate run, parsed and validated (paths resolved against the rootdir)."""
+
+    model_name: str  # as the user gave it: recorded in meta and the snapshot name
+    model: str | None  # the local directory, the hub id, or a served model's id (None: the endpoint's only one)
+    data: Path
+    rows_per_set: int
+    seed: int
+    families: tuple[str, ...]
+    batch_size: int
+    device: str
+    scoring_path: str
+    precision: str
+    thresholds: Path
+    limitations: Path | None
+    report_dir: Path
+    report_dir_wait: int
+    temperatures: dict
+    ece_floor_sims: int
+    invariance_rows: int
+    scorer: str
+    endpoint: str | None  # --scorer openai: the server's base URL
+    api_key_env: str
+    concurrency: int
+    request_timeout: float
+    attn_implementation: str
+    feature_cache_mb: int
+    pixel_cache_mb: int
+    prefix_cache_mb: int
+    image_cache_mb: int
+    captions: Path
+    dual_model: str | None  # "auto" resolved later, when the model's kind is known
+    paraphrases: Path | None
+    rephrasings: Path | None
+    translations: Path | None
+    resume: bool
+    keep_freed_memory: bool
+    baseline: Path | None
+    journal: Path | None  # None: <report-dir>/journal
+    data_map: dict  # row field -> column of a parquet / datasets table (laya_robustness.loaders.settings)
+    max_image_pixels: int
+    max_image_side: int
+    allow_outside_data: bool
+    executor: str
+    ray_address: str
+    ray_actors: int | None  # None: one per GPU of the cluster for a cuda device, else 2
+
+
+def checkpoint(text: str, bases: tuple[Path, ...]) -> str:
+    """The model ``text`` names, as every process of the run loads it: a local directory as an absolute path
+    (relative to the first of ``bases`` that holds it: the rootdir, then the folder the run was started in, where
+    ``from_pretrained`` looks), else ``text`` itself (a hub id). Absolute, so a Ray actor started in another folder
+    loads the same directory."""
+    path = Path(text).expanduser()
+    for base in bases:
+        local = path if path.is_absolute() else Path(base) / path
+        if local.exists():
+            return str(local)
+    return text
+
+
+def check_executor(values: Mapping[str, Any], ray_given: Collection[str], xdist_workers: object) -> None:
+    """--executor ray needs Ray and no xdist; a --ray-* option given (``ray_given``: their flags) needs --executor
+    ray (each a usage error; set in the ini file, they wait for a run that uses Ray)."""
+    if values["executor"] == "local":
+        for opt in OPTIONS:
+            if opt.flag.startswith("--ray-") and opt.flag in ray_given:
+                raise bad_value(opt.flag, "only --executor ray uses it (the executor is local)",
+                                f"--executor ray {opt.typed()}")
+        return
+    if not ray_installed():
+        raise UsageError(f"--executor ray: Ray is not installed; {INSTALL_HINT}", "--executor")
+    if xdist_workers not in (None, 0, "0"):
+        raise UsageError(f"--executor ray: the Ray actors spread the scoring; it cannot run with xdist (-n "
+                         f"{xdist_workers}): drop -n", "--executor")
+
+
+def check_served(values: dict) -> None:
+    """The options a served model needs: ``--endpoint`` (a usage error naming it otherwise)."""
+    if values["endpoint"] is None:
+        raise bad_value("--endpoint", f"--scorer {SERVED_SCORER} needs the server's base URL",
+                        f"--scorer {SERVED_SCORER} --endpoint http://127.0.0.1:8000/v1")
+
+
+def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = None, model_given: bool = True,
+                   ray_given: Collection[str] = (), xdist_workers: object = None) -> Settings:
+    """Parse every option from its raw text (``raw``: flag -> text; a flag left out takes its default); a bad
+    value raises UsageError naming the option. Relative paths are resolved against ``root``; a relative model
+    directory against ``root``, then ``cwd``. ``model_given``: ``--model`` was set (a served model left without
+    one is the endpoint's only model)."""
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        text = raw.get(opt.flag, opt.default)
+        try:
+            values[opt.field] = opt.parse(text)
+        except ValueError as exc:
+            raise bad_value(opt.flag, exc) from None
+    check_executor(values, ray_given, xdist_workers)
+    resolve = lambda text: resolved(root, text)  # noqa: E731
+    bases = (root, cwd or Path.cwd())
+    model_name = values.pop("model")
+    served = values["scorer"] == SERVED_SCORER
+    if served:  # the server's model id, as it is; omitted: the endpoint's only model
+        check_served(values)
+        model_name = model_name if model_given else AUTO_MODEL
+        model = None if model_name == AUTO_MODEL else model_name
+    else:
+        model = checkpoint(model_name, bases)
+    data = resolve(values.pop("data"))
+    # the weights behind a server are not known: auto applies no overlay to a served model
+    limitations = resolve_limitations(values.pop("limitations"), None if served else model, data, root=root)
+    dual = values.pop("dual_model")
+    if dual not in ("auto", "none"):
+        dual = checkpoint(dual, bases)
+    paraphrases = values.pop("paraphrases")
+    for name in ("rephrasings", "translations"):
+        values[name] = None if values[name] == "none" else resolve(values[name])
+    journal = values.pop("journal")
+    values["journal"] = None if journal == "auto" else resolve(journal)
+    baseline = values.pop("baseline")
+    values["baseline"] = None if baseline == "none" else resolve(baseline)
+    return Settings(
+        model_name=model_name, model=model, data=data, limitations=limitations,
+        captions=resolve(values.pop("captions")), dual_model=None if dual == "none" else dual,
+        paraphrases=None if paraphrases == "none" else resolve(paraphrases),
+        thresholds=resolve(values.pop("thresholds")), report_dir=resolve(values.pop("report_dir")),
+        **values,
+    )
+
+
+def resolved(root: Path, text: str) -> Path:
+    """A path resolved against ``root`` when relative."""
+    path = Path(text)
+    return path if path.is_absolute() else Path(root) / path
