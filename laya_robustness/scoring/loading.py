@@ -19,15 +19,30 @@ from pathlib import Path
 
 from laya_robustness.scoring.base import ModelLoadError, UnsupportedArchitecture
 
+#: What weights a checkpoint directory holds: safetensors files, and pickled weights named as ``from_pretrained``
+#: names them (``pytorch_model*.bin``). What else a Trainer's checkpoint holds (training_args.bin, optimizer.pt,
+#: scheduler.pt, rng_state.pth) is not the model: two checkpoints of the same weights have the same hashes.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+PICKLED_WEIGHTS_PREFIX = "pytorch_model"
 TRUTHY = ("1", "true", "yes", "on")
+
+
+def is_weight_file(name: str) -> bool:
+    """Whether a file of a checkpoint directory holds the model's weights (see ``WEIGHT_SUFFIXES``).
+
+    >>> [is_weight_file(n) for n in ("model.safetensors", "pytorch_model-00001-of-00002.bin", "training_args.bin",
+    ...                              "optimizer.pt", "config.json")]
+    [True, True, False, False, False]
+    """
+    path = Path(name)
+    return path.suffix == ".safetensors" or (path.suffix in WEIGHT_SUFFIXES and name.startswith(PICKLED_WEIGHTS_PREFIX))
 
 
 def weight_hashes(directory: Path) -> dict[str, str]:
     """sha256 of every weight file in a checkpoint directory, by file name."""
     out = {}
     for path in sorted(directory.iterdir()):
-        if path.suffix in WEIGHT_SUFFIXES:
+        if is_weight_file(path.name):
             out[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
