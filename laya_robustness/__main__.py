@@ -1,4 +1,4 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,report,stability,variants,calibrate-gate,fixtures,
+"""Command line: ``python -m laya_robustness {summarize,floor,report,trend,stability,variants,calibrate-gate,fixtures,
 export-parquet}``.
 
 Exit codes: 0 done, 3 a model that cannot be loaded, 4 a usage error (a bad or unreadable input file, a bad
@@ -51,6 +51,17 @@ def _report(args) -> int:
                          limitations=args.limitations)
     for path in paths:
         print(f"wrote {path}")
+    return 0
+
+
+def _trend(args) -> int:
+    from laya_robustness.report.trend import read_checkpoints, trend_html, trend_table
+
+    checkpoints = read_checkpoints(args.folders)
+    print("\n".join(trend_table(checkpoints)))
+    if args.out is not None:
+        args.out.write_text(trend_html(checkpoints), encoding="utf-8")
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -216,6 +227,12 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--limitations", default="auto", metavar="auto|none|FILE",
                     help="overlay of known limitations, as the gate's --limitations (default: auto)")
     rp.set_defaults(run=_report)
+    tr = sub.add_parser("trend", help="each headline across checkpoints (their report folders, in step order) and "
+                        "the paired change between consecutive ones, no model")
+    tr.add_argument("folders", type=Path, nargs="+", metavar="DIR", help="report folders, e.g. robustness/checkpoint-*")
+    tr.add_argument("--out", type=Path, default=None, metavar="HTML", help="also write a page with one plot per "
+                    "family beside the table (e.g. trend.html)")
+    tr.set_defaults(run=_trend)
     st = sub.add_parser("stability", help="the stability analyses of one or more predictions files (same rows)")
     st.add_argument("predictions", type=Path, nargs="+")
     st.add_argument("--names", default=None, help="comma-separated model names (default: each file's folder)")

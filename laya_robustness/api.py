@@ -94,7 +94,7 @@ def _text(name: str, value: Any) -> str:
     return str(value)
 
 
-def _raw_options(arguments: Mapping[str, Any]) -> dict[str, str]:
+def option_texts(arguments: Mapping[str, Any]) -> dict[str, str]:
     """The options' raw texts from ``run_gate``'s arguments (an unknown one: TypeError naming it)."""
     raw = {}
     for name, value in arguments.items():
@@ -159,15 +159,16 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
              "scorer": scorer, "endpoint": endpoint, "executor": executor, "batch_size": batch_size,
              "scoring_path": scoring_path, "baseline": baseline, "resume": resume or None, **options}
     given = {k: v for k, v in given.items() if v is not None}
-    if in_memory:
+    if in_memory:  # scored as it stands: no dual encoder goes with it, and no known limitation of a checkpoint
         given["model"] = getattr(model, "name_or_path", "") or "in-memory"
         given.setdefault("device", str(getattr(model, "device", "cpu")))
-        given["dual_model"] = given.get("dual_model", "none")
+        given.setdefault("dual_model", "none")
+        given.setdefault("limitations", "none")
     root = Path(root) if root is not None else Path.cwd()
     scratch = None if report_dir is not None else Path(tempfile.mkdtemp(prefix="laya-run-"))
     given["report_dir"] = report_dir if report_dir is not None else scratch
     try:
-        settings = parse_settings(_raw_options(given), root=root, cwd=Path.cwd(), model_given="model" in given)
+        settings = parse_settings(option_texts(given), root=root, cwd=Path.cwd(), model_given="model" in given)
     except UsageError as exc:
         _remove(scratch)
         raise exc.for_arguments() from None
@@ -177,7 +178,7 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
     run = GateRun(settings, root=root, progress=_progress(progress), model_object=model if in_memory else None,
                   processor=processor)
     try:
-        result = _judged(run, invariance, write=report_dir is not None)
+        result = judge_run(run, invariance, write=report_dir is not None)
     except UsageError as exc:
         _remove(scratch)
         raise exc.for_arguments() from None
@@ -198,8 +199,9 @@ def _remove(scratch: Path | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _judged(run: GateRun, invariance: bool, write: bool) -> GateResult:
-    """Every check of the run on its device, its reports (written with ``write``), and the result."""
+def judge_run(run: GateRun, invariance: bool = True, write: bool = False) -> GateResult:
+    """Every check of ``run`` on its device (the invariance conditions with ``invariance``), its reports (written
+    in ``--report-dir`` with ``write``) and the result; a ``UsageError`` or ``HarnessError`` as ``run_gate``."""
     device, skipped, failures = run.settings.device, {}, []
     run.validate_inputs()
     if write:

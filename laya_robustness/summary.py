@@ -24,6 +24,7 @@ from laya_robustness.families import (
     any_families,
     blocks,
     compares_flips,
+    declared,
     find_family,
     modalities,
 )
@@ -316,3 +317,18 @@ def summary_datasets(summary: Mapping[str, Any]) -> list[str]:
     """Every dataset a summary holds a cell of, in any declared block, sorted."""
     return sorted({d for b in blocks() if isinstance(summary.get(b), Mapping)
                    for cells in summary[b].values() if isinstance(cells, Mapping) for d in cells})
+
+
+def headlines(summary: Mapping[str, Any]) -> dict[tuple[str, str, str], tuple[float, list | None]]:
+    """``(family, dataset, metric) -> (value, its 95% interval or None)`` of every headline number ``summary`` holds:
+    each declared family's headline metrics (``Family.headline``: accuracy, delta and flip rate of the flat
+    families; each extension block's own, such as ASR or AV / V) in its block, in declaration order; a metric the
+    cell has no value of (orig's delta) is left out."""
+    out = {}
+    for family in declared():
+        for dataset, cell in sorted(summary.get(family.block, {}).get(family.name, {}).items()):
+            for key in family.headline_keys:
+                value = cell.get(key) if isinstance(cell, Mapping) else None
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[(family.name, dataset, key)] = (float(value), cell.get(f"{key}_ci"))
+    return out

@@ -1,11 +1,19 @@
 """summary.json, rounded, against the reviewed snapshot of this model and run configuration."""
 
+import json
 from pathlib import Path
 
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from laya_robustness.pytest_plugin.snapshot import COMPARED_ON_CONTROLLER, snapshot_name, snapshot_view
+from laya_robustness.pytest_plugin.snapshot import (
+    COMPARED_ON_CONTROLLER,
+    SnapshotOutcome,
+    serialized,
+    snapshot_changes,
+    snapshot_name,
+    snapshot_view,
+)
 
 
 @pytest.fixture
@@ -24,4 +32,10 @@ def test_summary_snapshot(robustness, device, snapshot_json, request):
     if hasattr(request.config, "workerinput"):  # an xdist worker holds only its own share of the records
         robustness.defer_snapshot(device, name, stored)
         pytest.skip(COMPARED_ON_CONTROLLER)
-    assert snapshot_view(robustness, device) == expected
+    view = snapshot_view(robustness, device)
+    changes = []
+    if stored.exists() and not request.config.option.update_snapshots:
+        changes = snapshot_changes(json.loads(stored.read_text(encoding="utf-8")), json.loads(serialized(view)))
+        if changes:  # the terminal summary lists them too
+            robustness.snapshot_outcomes.append(SnapshotOutcome(device, name, False, changes=tuple(changes)))
+    assert view == expected, "what moved:\n" + "\n".join(f"  {line}" for line in changes)

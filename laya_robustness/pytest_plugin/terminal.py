@@ -202,10 +202,11 @@ def write_summary(reporter, session) -> None:
     for outcome in session.snapshot_outcomes:
         if outcome.matches:
             if verbosity >= 0:
-                reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name} "
-                                    "(compared on the controller)")
+                reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name} ({outcome.where})")
             continue
         reporter.write_sep("-", f"summary snapshot ({outcome.device}) DIFFERS from {outcome.name}", red=True)
+        for line in outcome.changes:
+            reporter.write_line(f"  {line}", red="BEYOND" in line)
         for line in outcome.diff.splitlines():
             reporter.write_line(line)
         reporter.write_line("review the change; accept it with `pytest robustness_tests --snapshot-update` (-n 0)")

@@ -95,17 +95,21 @@ class GateRun:
     ``root``: the project root (the embedded default's files, the code commit in the reports); ``run``: the run
     this process belongs to (an xdist worker shares its controller's), ``worker``: its xdist worker id;
     ``progress`` makes a tracker per scored cell; ``model_object`` / ``processor``: a transformers model loaded in
-    memory, scored as it stands instead of ``settings.model``.
+    memory, scored as it stands instead of ``settings.model``. ``inputs`` may come from an earlier run of the same
+    rows, and ``variants`` (a dict) keeps the rows each family scores for a later one (a model gated again as it
+    trains), so the rows are read and the variants built once (not those of a family that holds decoded images).
     """
 
     def __init__(self, settings, *, root: Path, run: RunIdentity | None = None, worker: str | None = None,
-                 progress: Progress | None = None, model_object=None, processor=None):
+                 progress: Progress | None = None, model_object=None, processor=None, inputs: RunInputs | None = None,
+                 variants: dict | None = None):
         self.settings, self.root = settings, Path(root)
         self.run_identity, self.worker = run or RunIdentity.this_process(), worker
         self.progress: Progress = progress or (lambda device, label, total: Quiet())
         self.harness_errors: list[str] = []
         self.models = RunScorers(settings, self.root, self.harness_errors, model_object, processor)
-        self.inputs = RunInputs(settings, self.models.probes_captions(settings.families))
+        self.inputs = inputs or RunInputs(settings, self.models.probes_captions(settings.families))
+        self.variants = variants  # (family, dataset) -> its rows, kept for a later run (None: none kept)
         self.kept_freed_memory = False  # whether malloc keeps freed memory (scoring.malloc), set by the caller
         self.lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
         self._lease: Lease | None = None
@@ -184,8 +188,14 @@ class GateRun:
     def family_rows(self, family: str, dataset: str):
         """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
         family allows (``run.variants``)."""
+        if self.variants is not None and (family, dataset) in self.variants:
+            return self.variants[(family, dataset)]
         source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
-        return family_variants(family, source[dataset], self.settings.seed, self.inputs.images)
+        rows = family_variants(family, source[dataset], self.settings.seed, self.inputs.images)
+        declared = get_family(family)
+        if self.variants is not None and not (declared.reads_pixels and not declared.row_wise):
+            self.variants[(family, dataset)] = rows  # their images wait in the store (not held), rebuilt when gone
+        return rows
 
     def journal(self, device: str, source: str):
         """The journal this process appends ``source`` records of ``device`` to (``run.journal``)."""

@@ -1,0 +1,190 @@
+"""A model's robustness across checkpoints: the reports of several runs of the same rows (``checkpoint-<step>/``
+folders, as ``training.RobustnessCallback`` writes them), per cell each headline number with its
+interval, and each consecutive pair's paired change as ``--baseline`` judges it: the same rows matched between the
+two runs, the change of accuracy (and of the flip rate of a meaning-preserving family) over groups with its paired
+cluster-bootstrap 95% interval (``metrics.baseline``). A change whose interval excludes 0 is beyond noise (``*``).
+
+``trend_table`` is the plain-text table; ``trend_html`` puts one small plot per family (each headline against
+the step, its interval as a band) beside its rows of the table (without matplotlib, the table alone).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from laya_robustness.metrics.baseline import ALL
+from laya_robustness.predictions import read_predictions
+from laya_robustness.summary import headlines, summarize
+
+#: The paired changes of a consecutive pair, as the baseline block names them, and the headline each moves.
+CHANGES = (("acc_diff", "acc"), ("flip_diff", "flip"))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One run's reports: its step (from a ``checkpoint-<step>`` folder name, else its position), its summary and
+    the folder."""
+
+    step: int
+    folder: Path
+    summary: dict
+
+
+def read_checkpoints(folders: Sequence[str | Path]) -> list[Checkpoint]:
+    """The checkpoints of ``folders`` in step order: sorted by step when every folder is a ``checkpoint-<step>``
+    (so a shell's ``checkpoint-*``, which puts 10 before 9, is fine), else in the order given, numbered from 0. A
+    folder without a summary.json is a FileNotFoundError naming it; two of one step a ValueError."""
+    paths = [Path(f) for f in folders]
+    steps = [re.fullmatch(r"checkpoint-(\d+)", p.resolve().name) for p in paths]
+    if all(steps):
+        order = sorted(range(len(paths)), key=lambda i: int(steps[i].group(1)))
+        numbered = [(int(steps[i].group(1)), paths[i]) for i in order]
+    else:
+        numbered = list(enumerate(paths))
+    out: list[Checkpoint] = []
+    for step, folder in numbered:
+        path = folder / "summary.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder}: no summary.json (give the folders the gate reported to, such as "
+                                    "robustness/checkpoint-500)")
+        if out and step == out[-1].step:
+            raise ValueError(f"{folder} and {out[-1].folder} are both step {step}")
+        out.append(Checkpoint(step, folder, json.loads(path.read_text(encoding="utf-8"))))
+    return out
+
+
+def paired_changes(before: Checkpoint, after: Checkpoint) -> dict[tuple[str, str], dict]:
+    """(family, dataset) -> the baseline block's cell of ``after`` against ``before`` (their predictions, matched
+    row by row): ``acc_diff`` / ``flip_diff`` with their intervals, the McNemar tests."""
+    seed = int(after.summary.get("meta", {}).get("seed", 0))
+    now = read_predictions(after.folder / "predictions.jsonl.gz")
+    earlier = read_predictions(before.folder / "predictions.jsonl.gz")
+    block = summarize(now, seed=seed, baseline=earlier).get("baseline", {})
+    return {(family, dataset): cell for family, cells in block.items() for dataset, cell in cells.items()
+            if dataset != ALL}
+
+
+def beyond_noise(interval) -> bool:
+    """Whether a paired change's 95% interval excludes 0."""
+    return bool(interval) and (interval[0] > 0 or interval[1] < 0)
+
+
+def _families(values: Sequence[dict]) -> list[str]:
+    """The families in the order the headlines hold them (declaration order: orig first)."""
+    out: dict = {}
+    for v in values:
+        for family, _, _ in v:
+            out.setdefault(family, None)
+    return list(out)
+
+
+def trend_rows(checkpoints: Sequence[Checkpoint]) -> list[dict]:
+    """One row per (family, dataset, metric): its value and interval at each checkpoint, and the paired change
+    from each checkpoint to the next (acc and flip; None for another metric or an unmatched cell)."""
+    values = [headlines(c.summary) for c in checkpoints]
+    changes = [paired_changes(a, b) for a, b in zip(checkpoints, checkpoints[1:])]
+    order = {family: i for i, family in enumerate(_families(values))}
+    rows = []
+    for family, dataset, metric in sorted({k for v in values for k in v}, key=lambda k: (order[k[0]], k[1], k[2])):
+        diff_key = next((d for d, m in CHANGES if m == metric), None)
+        pairs = []
+        for change in changes:
+            cell = change.get((family, dataset), {})
+            diff = cell.get(diff_key) if diff_key else None
+            ci = cell.get(f"{diff_key}_ci") if diff_key else None
+            pairs.append(None if diff is None else {"diff": diff, "ci": ci, "beyond_noise": beyond_noise(ci)})
+        rows.append({"family": family, "dataset": dataset, "metric": metric,
+                     "values": [v.get((family, dataset, metric)) for v in values], "changes": pairs})
+    return rows
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    number, ci = value
+    return f"{number:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def _change(change) -> str:
+    return f"{change['diff']:+.3f}{'*' if change['beyond_noise'] else ''}"
+
+
+def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None = None) -> list[str]:
+    """The trend as text: per cell and metric, each checkpoint's value [95% CI] and, after it, the paired change
+    from the one before (``*``: its interval excludes 0)."""
+    rows = trend_rows(checkpoints) if rows is None else rows
+    head = ["family", "dataset", "metric", *(f"step {c.step}" for c in checkpoints)]
+    table = [head]
+    for r in rows:
+        cells = [_cell(r["values"][0])]
+        for value, change in zip(r["values"][1:], r["changes"]):
+            cells.append(_cell(value) + (f" ({_change(change)})" if change else ""))
+        table.append([r["family"], r["dataset"], r["metric"], *cells])
+    widths = [max(len(t[i]) for t in table) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in table]
+    return lines + ["(change): the paired change from the step before, on the same rows; * its 95% interval "
+                    "excludes 0 (beyond noise)"]
+
+
+def _plot(rows: Sequence[dict], steps: Sequence[int], family: str) -> str | None:
+    """One small PNG (base64) of ``family``'s rows: each (dataset, metric) against the step, its interval a band."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(4.2, 2.6), dpi=80)
+    for r in rows:
+        points = [(s, v) for s, v in zip(steps, r["values"]) if v is not None]
+        xs = [s for s, _ in points]
+        ax.plot(xs, [v[0] for _, v in points], marker="o", label=f"{r['dataset']} {r['metric']}")
+        if points and all(v[1] for _, v in points):
+            ax.fill_between(xs, [v[1][0] for _, v in points], [v[1][1] for _, v in points], alpha=0.15)
+    ax.set_title(family, fontsize=9)
+    ax.set_xlabel("step", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, loc="best")
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def trend_html(checkpoints: Sequence[Checkpoint]) -> str:
+    """The trend page: per family a plot of its headlines against the step beside its rows of the table."""
+    rows = trend_rows(checkpoints)
+    steps = [c.step for c in checkpoints]
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>robustness across checkpoints</title>",
+             "<style>body{font-family:sans-serif} .family{display:flex;gap:1em;align-items:flex-start;"
+             "margin-bottom:1.5em} table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;"
+             "padding:2px 6px} .noise{font-weight:bold;color:#b00}</style></head><body>",
+             f"<h1>Robustness across {len(checkpoints)} checkpoints</h1>",
+             "<p>(change): the paired change from the step before, on the same rows; in bold red: its 95% "
+             "interval excludes 0.</p>"]
+    head = "".join(f"<th>step {s}</th>" for s in steps)
+    for family in _families([headlines(c.summary) for c in checkpoints]):
+        mine = [r for r in rows if r["family"] == family]
+        body = []
+        for r in mine:
+            cells = [f"<td>{_cell(r['values'][0])}</td>"]
+            for value, change in zip(r["values"][1:], r["changes"]):
+                style = " class='noise'" if change and change["beyond_noise"] else ""
+                cells.append(f"<td>{_cell(value)}" + (f" <span{style}>({_change(change)})</span>" if change else "")
+                             + "</td>")
+            body.append(f"<tr><td>{html.escape(r['dataset'])}</td><td>{html.escape(r['metric'])}</td>"
+                        f"{''.join(cells)}</tr>")
+        image = _plot(mine, steps, family)
+        plot = f"<img alt='{html.escape(family)}' src='data:image/png;base64,{image}'>" if image else ""
+        parts.append(f"<div class='family'>{plot}<div><h2>{html.escape(family)}</h2><table><tr><th>dataset</th>"
+                     f"<th>metric</th>{head}</tr>{''.join(body)}</table></div></div>")
+    return "".join(parts) + "</body></html>\n"

@@ -1,0 +1,68 @@
+"""A new checkpoint at the same ``--model`` is compared with the committed snapshot: in a copy of the project, the
+snapshot of a small configuration is recorded, the other trained tiny SmolVLM's weights are put in
+``laya_fixtures/tiny-smolvlm``, and the snapshot test fails saying what moved; ``--snapshot-update`` rewrites the
+same file, and what changed in it is lines of numbers and hashes."""
+
+import difflib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A small configuration of the gate, its snapshot test alone.
+SMALL = ("--families", "option_order", "--rows-per-set", "4", "-k", "snapshot")
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A copy of the gate with its own copy of the embedded fixtures (their weights are replaced) and no snapshot."""
+    shutil.copytree(ROOT / "robustness_tests", tmp_path / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
+    shutil.copytree(ROOT / "laya_fixtures", tmp_path / "laya_fixtures")
+    for name in ("thresholds.toml", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def gate(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "robustness_tests", "-p", "no:randomly", "-p",
+                           "no:cacheprovider", *SMALL, *args], cwd=project, capture_output=True, text=True, timeout=600)
+
+
+def snapshot_files(project: Path) -> list[Path]:
+    return sorted((project / "robustness_tests" / "__snapshots__").rglob("*.json"))
+
+
+def test_a_new_checkpoint_fails_the_snapshot_with_what_moved_and_an_update_rewrites_the_same_file(project):
+    recorded = gate(project, "--snapshot-update")
+    assert recorded.returncode == 0, recorded.stdout[-3000:]
+    [snapshot] = snapshot_files(project)
+    assert snapshot.name.startswith("test_summary_snapshot[cpu][laya_fixtures_tiny-smolvlm.cpu.laya_fixtures_rows.s0.")
+    before = snapshot.read_text()
+    assert gate(project).returncode == 0  # the same weights: it matches
+
+    shutil.copy(ROOT / "laya_fixtures" / "tiny-smolvlm-seed2" / "model.safetensors",
+                project / "laya_fixtures" / "tiny-smolvlm" / "model.safetensors")
+    changed = gate(project)
+    out = changed.stdout
+    assert changed.returncode == 1, out[-3000:]
+    assert "FAILED robustness_tests/test_summary_snapshot.py::test_summary_snapshot[cpu]" in out
+    assert re.search(r"the weights: fingerprint [0-9a-f]{8} -> [0-9a-f]{8}", out), out[-3000:]
+    assert "the rows: fingerprint" not in out  # the same rows
+    moved = re.findall(r"option_order/\w+ (acc|delta|flip): [-\d.]+ -> [-\d.]+ \((BEYOND|within) its 95% interval", out)
+    assert moved, out[-3000:]
+    assert f"summary snapshot (cpu) DIFFERS from {snapshot.name.split('][')[1].removesuffix('].json')}" in out
+
+    updated = gate(project, "--snapshot-update")
+    assert updated.returncode == 0, updated.stdout[-3000:]
+    assert snapshot_files(project) == [snapshot]  # the same file, rewritten: no second snapshot beside it
+    after = snapshot.read_text()
+    diff = [line for line in difflib.unified_diff(before.splitlines(), after.splitlines(), n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    other = [line for line in diff
+             if not re.fullmatch(r'[+-]\s*("[\w.]+": )?("?[0-9a-f]{8,64}"?|-?[\d.e-]+|null|[\[\]{}],?),?', line)]
+    assert diff and other == [], other

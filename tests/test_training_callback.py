@@ -1,0 +1,199 @@
+"""``RobustnessCallback`` in a real ``transformers.Trainer``: the embedded tiny SmolVLM fine-tuned for a few steps with
+``report_to=["tensorboard"]``, the robustness scalars read back with TensorBoard's own reader at every evaluation,
+the last ones equal to the gate on the model saved and loaded back; ``trend`` over the callback's folders, its
+paired changes recomputed here from the records."""
+
+import gzip
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorboard")
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainingArguments  # noqa: E402
+
+import laya_robustness  # noqa: E402
+from laya_robustness.fixtures.trainer_data import AnswerDataset  # noqa: E402
+from laya_robustness.report.trend import read_checkpoints, trend_html, trend_rows, trend_table  # noqa: E402
+from laya_robustness.run.errors import UsageError  # noqa: E402
+from laya_robustness.training import RobustnessCallback  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm"
+#: The gate at each evaluation: two families, a few rows per set.
+GATE = {"families": ["option_order", "text"], "rows_per_set": 6}
+STEPS, EVAL_EVERY = 6, 2
+
+
+class StepClock:
+    """Seconds spent in training steps and in the robustness callback's evaluations."""
+
+    def __init__(self, callback):
+        self.callback, self.gates, self.modes = callback, [], []
+        gate = callback.gate
+
+        def timed(model, *args, **kwargs):
+            started, mode = time.perf_counter(), model.training
+            try:
+                return gate(model, *args, **kwargs)
+            finally:
+                self.gates.append(time.perf_counter() - started)
+                self.modes.append((mode, model.training))
+
+        callback.gate = timed
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, monkeypatch_module):
+    """A few steps of a real Trainer with the callback: (its folder, the callback, the trainer, the step clock)."""
+    out = tmp_path_factory.mktemp("trainer")
+    monkeypatch_module.setenv("TENSORBOARD_LOGGING_DIR", str(out / "tb"))  # where TensorBoardCallback writes
+    # eager attention, the gate's default: a row's scores do not depend on its batch (sdpa moves them by ~1e-6)
+    model = AutoModelForImageTextToText.from_pretrained(MODEL, attn_implementation="eager")
+    processor = AutoProcessor.from_pretrained(MODEL)
+    callback = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", report_dir=out / "robustness", root=ROOT,
+                                  **GATE)
+    clock = StepClock(callback)
+    train = AnswerDataset(processor, rows_per_set=16, seed=1)
+    args = TrainingArguments(str(out / "run"), max_steps=STEPS, eval_strategy="steps", eval_steps=EVAL_EVERY,
+                             per_device_train_batch_size=8, per_device_eval_batch_size=8, learning_rate=5e-3,
+                             logging_steps=1, report_to=["tensorboard"], save_strategy="no", use_cpu=True, seed=0,
+                             dataloader_num_workers=0, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=AnswerDataset(processor, rows_per_set=2,
+                                                                                           seed=2),
+                      data_collator=train.collate, processing_class=processor, callbacks=[callback])
+    started = time.perf_counter()
+    trainer.train()
+    clock.total = time.perf_counter() - started
+    return out, callback, trainer, clock
+
+
+def _scalars(folder: Path) -> dict[str, dict[int, float]]:
+    """Every scalar TensorBoard's own reader finds under ``folder``: logged key -> step -> value (the Trainer's
+    TensorBoard integration files a key that is no ``eval_`` metric under ``train/``)."""
+    out: dict = defaultdict(dict)
+    for events in folder.rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            for event in accumulator.Scalars(tag):
+                out[tag.removeprefix("train/")][event.step] = event.value
+    return out
+
+
+def test_tensorboard_holds_the_robustness_scalars_at_every_evaluation(trained):
+    out, callback, _, clock = trained
+    scalars = _scalars(out / "tb")
+    steps = list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
+    robustness = {tag: by_step for tag, by_step in scalars.items() if tag.startswith("robustness/")}
+    for tag in ("robustness/option_order/colour_choice/flip", "robustness/text/count_choice/acc",
+                "robustness/orig/exists_yesno/acc", "robustness/failed_checks"):
+        assert sorted(robustness[tag]) == steps, (tag, sorted(robustness))
+    assert sorted(callback.results) == steps and len(clock.gates) == len(steps)
+    for step in steps:  # each evaluation's reports, in the Trainer's own naming
+        assert (out / "robustness" / f"checkpoint-{step}" / "summary.json").is_file()
+    # the cost of an evaluation against a training step (printed for the record: -s shows it)
+    train_step = (clock.total - sum(clock.gates)) / STEPS
+    print(f"\ncallback per evaluation {sum(clock.gates[1:]) / (len(steps) - 1):.2f} s (first {clock.gates[0]:.2f} s, "
+          f"reading rows and building variants); a training step with its evaluation loss {train_step:.2f} s")
+
+
+def test_the_last_logged_numbers_are_the_gates_on_the_saved_model(trained, tmp_path, monkeypatch):
+    out, callback, trainer, _ = trained
+    trainer.save_model(tmp_path / "saved")
+    monkeypatch.chdir(ROOT)
+    again = laya_robustness.run_gate(str(tmp_path / "saved"), invariance=False, **GATE)
+    last = callback.results[STEPS]
+    assert json.loads(json.dumps(last.summary["families"])) == again.summary["families"]
+    assert last.summary["meta"]["model"]["weights_sha256"] == again.summary["meta"]["model"]["weights_sha256"]
+    logged = {tag: by_step[STEPS] for tag, by_step in _scalars(out / "tb").items()
+              if tag.startswith("robustness/") and STEPS in by_step}
+    expected = laya_robustness.training.logged_metrics(again)
+    assert set(logged) == set(expected)
+    for tag, value in expected.items():  # TensorBoard keeps float32
+        assert math.isclose(logged[tag], value, rel_tol=1e-6, abs_tol=1e-7), tag
+
+
+def test_the_model_trains_on_in_the_mode_it_had(trained, tmp_path):
+    _, callback, trainer, clock = trained
+    assert all(before == after for before, after in clock.modes)  # the callback put back the Trainer's mode
+    assert len([e["loss"] for e in trainer.state.log_history if "loss" in e]) == STEPS
+    model = trainer.model.train()  # in train mode, as a callback on a save finds it
+    callback.gate(model, trainer.processing_class, STEPS + 1)
+    assert model.training is True and all(m.training for m in model.modules())
+
+
+def _records(folder: Path) -> list[dict]:
+    with gzip.open(folder / "predictions.jsonl.gz", "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _acc_diff(now: list[dict], before: list[dict], family: str, dataset: str) -> float:
+    """The mean over groups of (accuracy now - accuracy before) on the matched rows of one cell: recomputed."""
+    earlier = {(r["dataset"], r["row_id"]): r for r in before}
+    groups: dict = defaultdict(lambda: [[], []])
+    for r in now:
+        if r["family"] != family or r["dataset"] != dataset or (r["dataset"], r["row_id"]) not in earlier:
+            continue
+        b = earlier[(r["dataset"], r["row_id"])]
+        groups[r["group_id"]][0].append(r["argmax"] == r["label"])
+        groups[r["group_id"]][1].append(b["argmax"] == b["label"])
+    return sum(sum(a) / len(a) - sum(b) / len(b) for a, b in groups.values()) / len(groups)
+
+
+def test_trend_over_the_callbacks_folders_recomputed_from_the_records(trained, tmp_path):
+    out, _, _, _ = trained
+    folders = [out / "robustness" / f"checkpoint-{step}" for step in (6, 2, 4)]  # their steps sort them
+    checkpoints = read_checkpoints(folders)
+    assert [c.step for c in checkpoints] == list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
+    rows = trend_rows(checkpoints)
+    records = [_records(c.folder) for c in checkpoints]
+    checked = 0
+    for row in rows:
+        if row["metric"] != "acc" or row["family"] == "orig":
+            continue
+        for i, change in enumerate(row["changes"]):
+            recomputed = _acc_diff(records[i + 1], records[i], row["family"], row["dataset"])
+            assert change["diff"] == pytest.approx(recomputed, abs=1e-6)  # the summary keeps 6 d.p.
+            lo, hi = change["ci"]
+            assert lo <= change["diff"] <= hi and change["beyond_noise"] is (lo > 0 or hi < 0)
+            checked += 1
+    assert checked == 2 * 2 * 5  # two families' acc, two consecutive pairs, five datasets
+    table = trend_table(checkpoints, rows)
+    assert table[0].split()[:6] == ["family", "dataset", "metric", "step", "2", "step"]
+    page = trend_html(checkpoints)
+    assert page.count("<img alt=") == len({r["family"] for r in rows}) and "step 6" in page
+
+
+def test_trend_refuses_a_folder_without_reports(tmp_path):
+    (tmp_path / "checkpoint-1").mkdir()
+    with pytest.raises(FileNotFoundError, match="checkpoint-1: no summary.json"):
+        read_checkpoints([tmp_path / "checkpoint-1"])
+
+
+def test_a_bad_callback_argument_is_a_usage_error_naming_it():
+    with pytest.raises(UsageError, match="rows_per_set: 'x' is not an integer"):
+        RobustnessCallback(data="laya_fixtures/rows", rows_per_set="x")
+    with pytest.raises(UsageError, match="every: 'epoch' is not one of evaluate, save"):
+        RobustnessCallback(data="laya_fixtures/rows", every="epoch")
+
+
+def test_only_the_main_process_scores(tmp_path):
+    """Under distributed training a rank other than the main one scores nothing and logs nothing."""
+    from transformers import TrainerControl, TrainerState
+
+    callback = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", report_dir=tmp_path, root=ROOT, **GATE)
+    state = TrainerState(is_world_process_zero=False, global_step=3)
+    callback.on_evaluate(None, state, TrainerControl(), model=object(), processing_class=None)
+    assert callback.results == {} and state.log_history == [] and not list(tmp_path.iterdir())
