@@ -1,7 +1,9 @@
 """Render a Report as one self-contained HTML page: tables, flipped examples, plots, invariance; no network.
 
 Images are inlined as data: URIs (thumbnails: PNG, or JPEG where that is smaller), the CSS is inline
-and the page has no script, so it opens the same from a mail attachment, a CI artifact or a disk.
+and the page has no script, so it opens the same from a mail attachment, a CI artifact or a disk. Every text is
+escaped, its control characters written out (``visible``): a model id, an answer or a question holding an escape
+sequence or markup shows as text.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from typing import Any, Mapping, Sequence
 
 from laya_robustness.answers import answer_of, is_correct, is_scored
@@ -37,6 +40,10 @@ from laya_robustness.report.examples import HOW, Example, confidence
 THUMBNAIL_PX = 160
 _PNG_LIMIT = 12_000  # bytes: a PNG larger than this is also tried as JPEG and the smaller kept
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: Control characters (C0 but tab and newline, DEL, C1, the line and paragraph separators, the bidirectional
+#: overrides and isolates): an escape sequence sets a terminal's title, a bidi override reorders the text around it.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL_OR_BREAK = re.compile(f"[\t\n{_CONTROL.pattern[1:-1]}]")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1400px;padding:0 20px 40px;
@@ -73,8 +80,19 @@ table.opts td{border:0;padding:1px 6px 1px 0;font-size:12.5px}
 """
 
 
+def visible(text: Any, lines: bool = True) -> str:
+    """``text`` with its control characters written as Python escapes (``\\x1b``); tab and newline too unless
+    ``lines``.
+
+    >>> print(visible("tiny\\x1b]0;title\\x07"), visible("a\\nb", lines=False))
+    tiny\\x1b]0;title\\x07 a\\nb
+    """
+    return (_CONTROL if lines else _CONTROL_OR_BREAK).sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
 def e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` for the page: control characters visible, then HTML-escaped (quotes too)."""
+    return html.escape(visible(text), quote=True)
 
 
 def thumbnail_uri(image, max_px: int = THUMBNAIL_PX) -> str:
@@ -252,6 +270,16 @@ def model_name(summary: Mapping[str, Any]) -> str:
     return str(model.get("model", "?")) if isinstance(model, Mapping) else str(model or "?")
 
 
+def rows_text(meta: Mapping[str, Any]) -> str:
+    """How many rows of each dataset the run used: ``rows per set 8``, or ``all rows`` (``rows_per_set`` 0).
+
+    >>> rows_text({"rows_per_set": 0}), rows_text({"rows_per_set": 8}), rows_text({})
+    ('all rows', 'rows per set 8', 'rows per set ?')
+    """
+    n = meta.get("rows_per_set", "?")
+    return "all rows" if n == 0 and not isinstance(n, bool) else f"rows per set {n}"
+
+
 def scope_line(summary: Mapping[str, Any]) -> str | None:
     """What the run covered (``meta.scope.covered``, see ``laya_robustness.run.scope``); None for a report of a run
     that did not record it."""
@@ -265,7 +293,7 @@ def render_html(report: Report, changes: Sequence[str] = ()) -> str:
     title = f"Robustness report: {model_name(report.summary)}"
     facts = " · ".join(str(x) for x in (
         f"device {meta.get('device', '?')}", f"seed {meta.get('seed', '?')}",
-        f"rows per set {meta.get('rows_per_set', '?')}", f"{len(meta.get('datasets') or {})} datasets") if x)
+        rows_text(meta), f"{len(meta.get('datasets') or {})} datasets") if x)
     notes = "".join(f'<p class="note">{e(n)}</p>' for n in report.notes)
     covered, recorded = scope_line(report.summary), (report.summary.get("meta") or {}).get("scope") or {}
     scope = "" if covered is None else (f'<p class="scope {"complete" if recorded.get("complete") else "partial"}">'

@@ -2,12 +2,15 @@
 
 Its first line says what the run covered (the scope of its meta). Each block is a table with a row per
 family and a column per dataset; a cell holds the block's headline numbers (3 d.p., no intervals) and its verdict. Failures and fixed known limitations are
-listed below with their detail; the baseline comparison (``report.compare``) follows when given.
+listed below with their detail; the baseline comparison (``report.compare``) follows when given. A name from the
+model, the server or the data stands in a code span that holds any text (``code``), and every text has its control
+characters written out, so nothing a model id holds acts on the page or the terminal that shows it.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import re
+from typing import Any, Sequence
 
 from laya_robustness.report.build import Report
 from laya_robustness.report.cells import (
@@ -26,7 +29,7 @@ from laya_robustness.report.cells import (
     verdict_line,
     summary_blocks,
 )
-from laya_robustness.report.html import model_name, scope_line
+from laya_robustness.report.html import model_name, rows_text, scope_line, visible
 
 
 def _mark(outcome: str) -> str:
@@ -37,7 +40,21 @@ def _mark(outcome: str) -> str:
 
 
 def _pipe(text: str) -> str:
-    return text.replace("|", "\\|")
+    return visible(text, lines=False).replace("|", "\\|")
+
+
+def code(text: Any) -> str:
+    """``text`` as one inline code span whatever it holds (CommonMark): control characters and line breaks written
+    out, fenced by one backtick more than its longest run of them, and padded with a space when it starts or ends
+    with one (or with a space at both ends), so no backtick closes the span early and no markup inside it acts.
+
+    >>> print(code("tiny"), code("a`b"), code("`x` </title>"))
+    `tiny` ``a`b`` `` `x` </title> ``
+    """
+    text = visible(text, lines=False) or " "
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[0] == "`" or text[-1] == "`" or (text[0] == text[-1] == " " and text.strip()) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def block_table(report: Report, block: str) -> str:
@@ -66,20 +83,20 @@ def _problems(report: Report) -> list[str]:
     out = []
     for status, family, dataset, c in problems(report.verdicts):
         extra = " (a known limitation that now passes: update the limits file)" if status == XPASS else ""
-        out.append(f"- **{MARKS[status]}** `{family}/{dataset}` {c.check}: {c.detail}{extra}")
+        out.append(f"- **{MARKS[status]}** {code(f'{family}/{dataset}')} {c.check}: {visible(c.detail, False)}{extra}")
     return out
 
 
 def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
     """The comment as a string (see the module doc)."""
     meta = report.summary.get("meta") or {}
-    head = (f"### Robustness gate: `{model_name(report.summary)}` (device {meta.get('device', '?')}, "
-            f"seed {meta.get('seed', '?')}, rows per set {meta.get('rows_per_set', '?')})")
+    head = visible(f"### Robustness gate: {code(model_name(report.summary))} (device {meta.get('device', '?')}, "
+                   f"seed {meta.get('seed', '?')}, {rows_text(meta)})", lines=False)
     parts = [head, f"**Verdicts:** {verdict_line(report.verdicts)}"]
     covered = scope_line(report.summary)
     if covered:
-        parts.insert(0, f"**Covered:** {covered}")
-    parts += [f"> {n}" for n in [*report.notes, *probability_lines(report.summary)]]
+        parts.insert(0, f"**Covered:** {visible(covered, False)}")
+    parts += [f"> {visible(n, False)}" for n in [*report.notes, *probability_lines(report.summary)]]
     for block in summary_blocks(report.summary):
         parts.append(f"#### {block}\n\n{block_table(report, block)}")
     problems = _problems(report)
@@ -88,5 +105,5 @@ def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
         parts.append("#### Failed checks\n\n" + ("\n".join(problems) or "none")
                      + (f"\n\n{known} known limitation(s) still fail as declared (xfail)." if known else ""))
     if report.baseline is not None:
-        parts.append("#### Against the baseline\n\n" + "\n".join(f"- {c}" for c in changes))
+        parts.append("#### Against the baseline\n\n" + "\n".join(f"- {visible(c, False)}" for c in changes))
     return "\n\n".join(parts) + "\n"
