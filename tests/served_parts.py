@@ -139,7 +139,29 @@ class AnswerLogprobs:
         return content
 
 
-class FaultProxy:
+class LocalServer:
+    """A threaded HTTP server on a free port of 127.0.0.1, serving on a daemon thread while in ``with``; ``handler``:
+    its request handler class. ``url`` is its ``/v1`` base."""
+
+    def __init__(self, handler):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FaultProxy(LocalServer):
     """A forwarding proxy on 127.0.0.1 in front of ``upstream`` (see the module doc)."""
 
     def __init__(self, upstream: str, every: int = 0, slow_s: float = 0.0, logprobs: AnswerLogprobs | None = None,
@@ -155,21 +177,7 @@ class FaultProxy:
         self.requests = 0
         self._seen: set[str] = set()
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "FaultProxy":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(self._handler())
 
     def fault_for(self, body: bytes) -> str | None:
         """The fault of a request's first attempt (None: forward it), chosen by a hash of its body."""
