@@ -6,6 +6,10 @@ never pytest). A limits file may be layered with *overlays*: files that hold onl
 overrides and known limitations for particular data (the embedded default's live in
 ``laya_fixtures/limitations.toml``), so the main file holds the release limits that apply to any data.
 
+A file is read within bounds before it is parsed, so no file makes the parser slow or deep: at most
+``MAX_FILE_BYTES``, UTF-8, keys of at most ``MAX_KEY_PARTS`` dotted parts, arrays and inline tables nested at most
+``MAX_NESTING`` deep and numbers of at most ``MAX_DIGITS`` digits; each refusal names the file, the key and its line.
+
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "thresholds.toml"
 >>> _ = path.write_text('version = 1\\n[families.text]\\nmax_flip = 0.1\\n'
@@ -17,6 +21,7 @@ overrides and known limitations for particular data (the embedded default's live
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -45,6 +50,29 @@ GATE_KEYS = ("alpha", "judge", "correction", *REGRESSION_CHECKS)
 OVERLAY_KEYS = ("version", "families", "known_limitations")
 DATASETS_KEY = "datasets"
 LIMITATION_FIELDS = ("family", "dataset", "check", "reason")
+#: The largest limits file read (the release thresholds.toml is about 13 KB; the parser reads 256 KiB in half a
+#: second).
+MAX_FILE_BYTES = 256 << 10
+#: The most dotted parts of a key or table header (families.<family>.datasets.<dataset>.<check>.limit has 6):
+#: the parser's cost grows with the square of a key's parts.
+MAX_KEY_PARTS = 16
+#: The deepest nesting of arrays and inline tables (a limit table is 1 deep, [[known_limitations]] 2).
+MAX_NESTING = 16
+#: The most digits of a number (a count of flips has a few; the parser refuses ints past 4,300 digits).
+MAX_DIGITS = 64
+#: The largest count a limit may hold (max_flips).
+MAX_COUNT = 1_000_000_000
+#: A message shows at most this much of a key or a value.
+SHOWN_CHARS = 80
+#: Strings and comments of TOML (the scan looks only at keys, numbers and brackets): multi-line, basic and literal
+#: strings, then a comment.
+_STRING_OR_COMMENT = re.compile("|".join((r'"""[\s\S]*?"""', r"'''[\s\S]*?'''", r'"(?:[^"\\\n]|\\.)*"', r"'[^'\n]*'",
+                                          r"#[^\n]*")))
+_PART = r'(?:[A-Za-z0-9_-]+|"")'
+_DOTTED = re.compile(rf"(?<![A-Za-z0-9_-]){_PART}(?:[ \t]*\.[ \t]*{_PART})+")  # from a key's start: linear
+_DIGITS = re.compile(r"(?<![0-9_])(?:[0-9]_?){%d,}" % (MAX_DIGITS + 1))
+_BRACKET = re.compile(r"[\[\]{}]")
+_HEADER = re.compile(r"\s*\[\[?([^\]\n]*)\]")
 
 
 class ThresholdsError(Exception):
@@ -52,7 +80,11 @@ class ThresholdsError(Exception):
 
     def __init__(self, path: str | Path, key: str, problem: str):
         self.path, self.key, self.problem = str(path), key, problem
-        super().__init__(f"{path}: {key}: {problem}")
+        super().__init__(f"{path}: {_cut(key)}: {problem}")
+
+
+def _cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)
@@ -73,7 +105,7 @@ def _type_name(value: Any) -> str:
     if isinstance(value, bool):
         return f"the bool {str(value).lower()}"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {_cut(repr(value))}"
     if isinstance(value, dict):
         return "a table"
     if isinstance(value, list):
@@ -189,6 +221,8 @@ def _invariance_value(path: Path, key: str, name: str, value: Any) -> bool | int
             raise ThresholdsError(path, key, f"expected an int (a count of flips), got {_type_name(value)}")
         if value < 0:
             raise ThresholdsError(path, key, f"expected an int >= 0, got {value!r}")
+        if value > MAX_COUNT:
+            raise ThresholdsError(path, key, f"expected an int <= {MAX_COUNT:,} (a count of flips), got {value!r}")
         return value
     if not _is_number(value):
         raise ThresholdsError(path, key, f"expected a number, got {_type_name(value)}")
@@ -230,12 +264,64 @@ def _version(path: Path, data: dict) -> None:
         raise ThresholdsError(path, "version", f"unsupported version {value} (supported: {VERSION})")
 
 
+def _key_at(text: str, line: int) -> str:
+    """The dotted key line ``line`` (1-based) of a TOML text sets, for a message (best effort: its table's header
+    and what stands before its ``=``)."""
+    lines = text.split("\n")[:line]
+    header = ""
+    for number, raw in enumerate(lines, start=1):
+        match = _HEADER.match(raw)
+        if match:
+            header = match.group(1).strip()
+            if number == line:
+                return header
+    name = lines[-1].split("=", 1)[0].strip() if lines and "=" in lines[-1] else ""
+    return ".".join(part for part in (header, name) if part) or "(top level)"
+
+
+def _scan(path: Path, text: str) -> None:
+    """Refuse, before parsing, a key of more than MAX_KEY_PARTS parts, nesting deeper than MAX_NESTING and a number
+    of more than MAX_DIGITS digits (strings and comments are not looked at), naming the key and its line."""
+    bare = _STRING_OR_COMMENT.sub(lambda m: "\n" * m.group().count("\n") + ("" if m.group()[0] == "#" else '""'),
+                                  text)
+
+    def refuse(at: int, problem: str):
+        line = bare.count("\n", 0, at) + 1
+        raise ThresholdsError(path, _key_at(text, line), f"line {line}: {problem}")
+
+    for match in _DOTTED.finditer(bare):
+        parts = match.group().count(".") + 1
+        if parts > MAX_KEY_PARTS:
+            refuse(match.start(), f"a key of {parts:,} dotted parts, over the limit of {MAX_KEY_PARTS}")
+    depth = 0
+    for match in _BRACKET.finditer(bare):
+        depth += 1 if match.group() in "[{" else -1
+        if depth > MAX_NESTING:
+            refuse(match.start(), f"arrays or inline tables nested over {MAX_NESTING} deep")
+    match = _DIGITS.search(bare)
+    if match:
+        digits = sum(c.isdigit() for c in match.group())
+        refuse(match.start(), f"a number of {digits:,} digits, over the limit of {MAX_DIGITS}")
+
+
 def _read(path: Path) -> dict:
+    """The parsed TOML of a limits file within the bounds of the module doc."""
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            raw = fh.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ThresholdsError(path, "(file)", "no such file") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ThresholdsError(path, "(file)", f"over {MAX_FILE_BYTES:,} bytes, the limit of a limits file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ThresholdsError(path, _key_at(raw.decode("utf-8", "replace"), line), f"line {line}: not UTF-8: "
+                              f"byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the file") from None
+    _scan(path, text)
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ThresholdsError(path, "(syntax)", f"not valid TOML: {exc}") from exc
 
