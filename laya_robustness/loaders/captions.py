@@ -16,6 +16,8 @@ from typing import Any, Mapping, Sequence
 
 from PIL import Image
 
+from laya_robustness.loaders.images import Where
+from laya_robustness.loaders.validate import bounded
 from laya_robustness.rows import Row, RowError
 
 PRIMITIVE = "score"
@@ -48,8 +50,8 @@ class _ImageCache:
 
 def _text(value: Any, path, line, field_name: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise RowError(path, line, field_name, f"expected a non-empty string, got {value!r}")
-    return value.strip()
+        raise RowError(path, line, field_name, f"expected a non-empty string, got {repr(value)[:80]}")
+    return bounded(value, Where(Path(path), line), field_name).strip()
 
 
 def load_coco_captions(path: str | Path, images_dir: str | Path | None = None, dataset: str | None = None) -> list[Row]:

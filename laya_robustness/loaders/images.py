@@ -86,6 +86,8 @@ def file_image(where: Where, field_name: str, text: str, base_dir: Path, data_ro
         if not settings.allow_outside_data and not Path(os.path.abspath(full)).is_relative_to(root):
             raise where.error(field_name, f"image path {text!r} leads outside the data directory {data_root}; "
                                           f"pass --allow-outside-data yes to read it")
+    if not settings.allow_outside_data:
+        full = _inside(where, field_name, text, full, data_root)
     try:
         size = full.stat().st_size
     except OSError as exc:
@@ -96,6 +98,17 @@ def file_image(where: Where, field_name: str, text: str, base_dir: Path, data_ro
     ref = ImageRef(where, field_name, settings.max_image_pixels, file=full, max_side=settings.max_image_side)
     _open(ref, decode=False)
     return ref
+
+
+def _inside(where: Where, field_name: str, text: str, full: Path, data_root: Path) -> Path:
+    """``full`` with its links resolved, which must still lie inside ``data_root`` (its links resolved too): a link
+    inside the data directory to a file outside it is refused as a path leading out is. The resolved path is the
+    one kept and read."""
+    target = Path(os.path.realpath(full))
+    if not target.is_relative_to(Path(os.path.realpath(data_root))):
+        raise where.error(field_name, f"image path {text!r} is a link to {target}, outside the data directory "
+                                      f"{data_root}; pass --allow-outside-data yes to read it")
+    return target
 
 
 def payload_image(where: Where, field_name: str, payload: bytes, settings: LoadSettings) -> ImageRef:

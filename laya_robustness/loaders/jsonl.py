@@ -11,6 +11,9 @@ from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.validate import SourceRow, manifest_row
 
 BOM = b"\xef\xbb\xbf"
+#: The longest line read (a row's text fields hold at most validate.MAX_TEXT_CHARS characters each): a longer one is
+#: refused before it is parsed.
+MAX_LINE_BYTES = 16 << 20
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
@@ -76,10 +79,14 @@ def _parse(raw: bytes, where: Where) -> Any:
 def json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) of every non-blank line of a JSONL file, in order: a leading BOM is skipped,
     each line is checked as UTF-8, and a line that is not one JSON object (or gives a key twice) is a
-    RowError naming the file, line and field. Every JSONL reader of the project reads through it."""
+    RowError naming the file, line and field; a line over MAX_LINE_BYTES is refused unread. Every JSONL reader of
+    the project reads through it."""
     path = Path(path)
     with path.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
+        for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise Where(path, line_no).error("<json>", f"a line over {MAX_LINE_BYTES:,} bytes, the limit of one "
+                                                           f"line")
             if line_no == 1 and raw.startswith(BOM):
                 raw = raw[len(BOM):]
             if not raw.strip():

@@ -13,7 +13,8 @@ The conventions follow VLMEvalKit's ``ImageBaseDataset``, which reads the file w
 
 Unlike a plain pandas read, nothing is guessed: an empty or multi-letter answer, an option gap,
 a missing question, a dangling or circular image reference and a non-UTF-8 byte are errors
-naming the file, line and column.
+naming the file, line and column. A header holds at most ``MAX_COLUMNS`` columns and a cell other than
+``image`` at most ``validate.MAX_TEXT_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from laya_robustness.loaders.images import ImageRef, Where, check_payload_size, file_image, payload_image
 from laya_robustness.loaders.settings import LoadSettings
-from laya_robustness.loaders.validate import SourceRow, refuse_duplicates
+from laya_robustness.loaders.validate import SourceRow, bounded, refuse_duplicates
 from laya_robustness.rows import LETTERS, OPEN_LABEL, Row
 
 #: The strings pandas' ``read_csv`` reads as missing (its default ``na_values``).
@@ -39,6 +40,11 @@ NA_TEXT = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN
 #: An ``image`` cell this short is another row's index (VLMEvalKit's shared-image convention).
 REFERENCE_MAX_CHARS = 64
 REQUIRED = ("index", "question", "answer")
+#: The most columns of a header (VLMEvalKit's have a dozen or two: index, image, question, hint, A to Z, answer,
+#: category, ...).
+MAX_COLUMNS = 1000
+#: A character that stands for a byte that was not UTF-8 (read with surrogateescape).
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
 @dataclass
@@ -160,10 +166,16 @@ def _header(reader, path: Path) -> list[str]:
         raise Where(path, 1).error("<header>", f"not a TSV header: {exc}") from None
     header = [h.strip() for h in header]
     where = Where(path, 1)
+    if len(header) > MAX_COLUMNS:
+        raise where.error("<header>", f"{len(header):,} columns, over the limit of {MAX_COLUMNS:,} (a VLMEvalKit TSV "
+                                      f"has a dozen or two)")
+    seen: set[str] = set()
     for i, name in enumerate(header):
         _utf8(name, where, f"<header column {i + 1}>")
-        if name in header[:i]:
+        bounded(name, where, f"<header column {i + 1}>")
+        if name in seen:
             raise where.error(name, "column given twice in the header")
+        seen.add(name)
     for name in REQUIRED:
         if name not in header:
             raise where.error(name, "column missing from the header")
@@ -179,9 +191,10 @@ def _header(reader, path: Path) -> list[str]:
 
 
 def _utf8(text: str, where: Where, column: str) -> None:
-    for i, ch in enumerate(text):
-        if "\udc80" <= ch <= "\udcff":
-            raise where.error(column, f"not UTF-8: byte 0x{ord(ch) - 0xdc00:02x} at character {i + 1} of the cell")
+    found = _NOT_UTF8.search(text)
+    if found:
+        raise where.error(column, f"not UTF-8: byte 0x{ord(found.group()) - 0xdc00:02x} at character "
+                                  f"{found.start() + 1} of the cell")
 
 
 def _rows(path: Path, data_root: Path, settings: LoadSettings) -> list[_Pending]:
@@ -208,6 +221,8 @@ def _rows(path: Path, data_root: Path, settings: LoadSettings) -> list[_Pending]
                 raise where.error("<tsv>", f"{len(raw)} cells, but the header has {len(header)} columns")
             cells = dict(zip(header, raw))
             for column, text in cells.items():
+                if column != "image":  # base64 images: their size is bounded by the image limits
+                    bounded(text, where, column)
                 _utf8(text, where, column)
             index = _value(cells, "index")
             if index is None:

@@ -2,7 +2,7 @@
 
 Every check names the file, the line or row, and the field. Choice and noul rows need at least
 two non-empty options and an int label indexing them; open rows have no options, a non-empty
-list of accepted answers and label -1 (or none).
+list of accepted answers and label -1 (or none). No text field is longer than ``MAX_TEXT_CHARS``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.rows import OPEN_LABEL, PRIMITIVES, RECORD_FIELDS, Row
 
 NOUL_OPTIONS = ["no", "yes"]
+#: The longest text field of a row (a question, an option, a context, an accepted answer, an id), far above any
+#: real one (a long reading-comprehension passage is a few thousand characters): a longer one is a data error, so
+#: no cell of hundreds of megabytes is kept, copied into every variant and written into the reports.
+MAX_TEXT_CHARS = 100_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +59,14 @@ def _missing(record: Mapping[str, Any], name: str) -> str:
     return "missing" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
+def bounded(text: str, where: Where, field_name: str) -> str:
+    """``text``, which must be at most MAX_TEXT_CHARS long (a RowError naming the field otherwise)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise where.error(field_name, f"{len(text):,} characters, over the limit of {MAX_TEXT_CHARS:,} for a text "
+                                      f"field (far longer than any real question, option or context)")
+    return text
+
+
 def _text(record, name: str, where: Where, *, required: bool, ints_as_text: bool = False) -> str | None:
     """A non-empty string field (or None when absent / null and not required)."""
     value = record.get(name)
@@ -68,14 +80,14 @@ def _text(record, name: str, where: Where, *, required: bool, ints_as_text: bool
         raise where.error(name, f"expected a string, got {kind(value)}")
     if not value.strip():
         raise where.error(name, "empty")
-    return value
+    return bounded(value, where, name)
 
 
 def _optional_text(record, name: str, where: Where) -> str | None:
     value = record.get(name)
     if value is not None and not isinstance(value, str):
         raise where.error(name, f"expected a string or null, got {kind(value)}")
-    return value
+    return value if value is None else bounded(value, where, name)
 
 
 def _string_list(record, name: str, where: Where) -> list[str] | None:
@@ -89,6 +101,7 @@ def _string_list(record, name: str, where: Where) -> list[str] | None:
             raise where.error(name, f"item {i} is {kind(item)}, expected a non-empty string")
         if not item.strip():
             raise where.error(name, f"item {i} is an empty string")
+        bounded(item, where, f"{name}[{i}]")
     return value
 
 
