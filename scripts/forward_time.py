@@ -3,8 +3,8 @@
     PYTHONPATH=scripts python -m pytest robustness_tests -p forward_time
 
 At the end it prints two lines. The first: the session's wall time (from the process's start), the
-time inside the Hugging Face scorer's language-model forwards (``HFVLMScorer._run`` less the attention
-masks it builds, ``_masks``), token embeddings (``Adapter.embed``), vision encoder
+time inside the Hugging Face scorer's language-model forwards (``hf_forward.Forward.run`` less the attention
+masks it builds, ``masks``), token embeddings (``Adapter.embed``), vision encoder
 (``Adapter.image_features``) and LM head (``Adapter.head``), and the rest (the harness), each with its
 share of the wall time. The second splits the harness into the costs a run pays once whatever its
 rows (the interpreter's start up to configure; importing torch and transformers; loading models and
@@ -19,7 +19,7 @@ import time
 import pytest
 
 TOTAL = {"language model": 0.0, "token embeddings": 0.0, "vision encoder": 0.0, "lm head": 0.0}
-#: Harness time spent inside a timed call (building attention masks inside ``_run``), subtracted there.
+#: Harness time spent inside a timed call (building attention masks inside ``Forward.run``), subtracted there.
 INSIDE = {"language model": "masks"}
 HARNESS = {"masks": 0.0}
 #: The harness a run pays once (model time inside a benchmark is counted as model time, not here).
@@ -66,10 +66,11 @@ def pytest_configure(config):
     from laya_robustness.scoring.adapters.base import Adapter
     from laya_robustness.scoring.dual import DualEncoderScorer
     from laya_robustness.scoring.hf import HFVLMScorer
+    from laya_robustness.scoring.hf_forward import Forward
 
     FIXED["imports"] = time.perf_counter() - now
-    _timed(HFVLMScorer, "_run", "language model", TOTAL)
-    _timed(HFVLMScorer, "_masks", "masks", HARNESS)
+    _timed(Forward, "run", "language model", TOTAL)
+    _timed(Forward, "masks", "masks", HARNESS)
     _timed(Adapter, "embed", "token embeddings", TOTAL)
     _timed(Adapter, "image_features", "vision encoder", TOTAL)
     _timed(Adapter, "head", "lm head", TOTAL)

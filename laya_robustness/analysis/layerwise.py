@@ -29,6 +29,7 @@ import numpy as np
 from laya_robustness.answers import answer_of
 from laya_robustness.families import modalities
 from laya_robustness.records import parse_records
+from laya_robustness.scoring.base import capabilities
 
 #: Rows per call of ``scorer.layer_states``.
 BATCH_SIZE = 32
@@ -79,7 +80,7 @@ def normalised_divergence(pairs: Sequence[tuple[str, np.ndarray, bool]]) -> dict
 
 
 def _states(scorer: Any, rows: Sequence[Any], batch_size: int) -> dict[tuple[str, str], np.ndarray]:
-    if not callable(getattr(scorer, "layer_states", None)):
+    if not capabilities(scorer).layer_states:
         raise ValueError(f"scorer {type(scorer).__name__} has no layer_states(rows) method: the layerwise "
                          "divergence needs the hidden states")
     out: dict[tuple[str, str], np.ndarray] = {}

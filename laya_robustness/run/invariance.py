@@ -29,7 +29,7 @@ from laya_robustness.metrics.calibration import calibrated_probs
 from laya_robustness.records import NO_PROBABILITIES, UNPARSED_ANSWER
 from laya_robustness.rows import Row
 from laya_robustness.run.scoring import cluster_indices
-from laya_robustness.scoring.base import Answer, answers_in_text
+from laya_robustness.scoring.base import Answer, capabilities
 
 FP32, BF16 = "fp32", "bf16"
 LONG_CONTEXT = " ".join(["This sentence only makes the prompt long."] * 24)
@@ -175,6 +175,7 @@ class InvarianceRun:
         if not rows:
             raise ValueError("invariance needs at least one row")
         self.scorer, self.rows = scorer, list(rows)
+        self.capabilities = capabilities(scorer)
         self.batch_size, self.temperatures = batch_size, temperatures
         self.hostile = hostile_rows(self.rows)
         self._cache: dict[str, list[np.ndarray]] = {}
@@ -220,18 +221,17 @@ class InvarianceRun:
 
     def per_option(self) -> list[np.ndarray]:
         """The batch path with one sequence per (row, option), each row alone."""
-        per_option = getattr(self.scorer, "score_batch_per_option", None)
-        if per_option is None:
+        if not self.capabilities.per_option:
             raise ConditionNotSupported(f"{type(self.scorer).__name__} has no score_batch_per_option")
-        return self._once("per_option", lambda: [per_option([r])[0] for r in self.rows])
+        return self._once("per_option", lambda: [self.scorer.score_batch_per_option([r])[0] for r in self.rows])
 
     def shared_prefixes(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """(each row alone over its whole prompt, the rows scored with their prefix neighbours in one call)."""
-        unshared = getattr(self.scorer, "score_batch_unshared", None)
-        if unshared is None or not getattr(self.scorer, "shares_prefixes", False):
-            how = getattr(self.scorer, "identity", {}).get("prefix_sharing", "no score_batch_unshared")
+        able = self.capabilities
+        if not able.unshared or not able.shares_prefixes:
+            how = "no score_batch_unshared" if able.prefix_sharing is None else able.prefix_sharing
             raise ConditionNotSupported(f"{type(self.scorer).__name__} shares no prompt prefixes ({how})")
-        alone = self._once("unshared", lambda: [unshared([r])[0] for r in self.rows])
+        alone = self._once("unshared", lambda: [self.scorer.score_batch_unshared([r])[0] for r in self.rows])
         return alone, self.scorer.score_batch(self.rows + prefix_neighbours(self.rows))[:len(self.rows)]
 
     def bf16_pair(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -242,10 +242,10 @@ class InvarianceRun:
         """
         import torch
 
-        if not hasattr(self.scorer, "model") or not hasattr(self.scorer, "precision"):
+        if not self.capabilities.casts_weights:
             raise ConditionNotSupported(f"{type(self.scorer).__name__} has no torch model to cast to bf16")
         weights = copy.deepcopy(self.scorer.model).to(torch.bfloat16)
-        if hasattr(self.scorer, "replaced"):
+        if self.capabilities.replaceable:
             fp32 = self.scorer.replaced(precision=BF16)
             bf16 = self.scorer.replaced(model=weights, precision=BF16)
         else:
@@ -290,7 +290,7 @@ class InvarianceRun:
         """fp32 or bf16: the precision the condition's scores were computed in."""
         if name == "bf16_weights":
             return BF16
-        batch_bf16 = getattr(self.scorer, "batch_precision", lambda: FP32)() == BF16
+        batch_bf16 = self.capabilities.batch_precision == BF16
         uses_batch = next(c for c in CONDITIONS if c.name == name).path == "batch" or name == "predict_vs_batch"
         return BF16 if uses_batch and batch_bf16 else FP32
 
@@ -327,5 +327,5 @@ class ServedInvarianceRun(InvarianceRun):
 
 def invariance_run(scorer, rows: Sequence[Row], batch_size: int, temperatures):
     """The invariance run of a scorer: ``ServedInvarianceRun`` for a served model, else ``InvarianceRun``."""
-    kind = ServedInvarianceRun if answers_in_text(scorer) else InvarianceRun
+    kind = ServedInvarianceRun if capabilities(scorer).answers_in_text else InvarianceRun
     return kind(scorer, rows, batch_size, temperatures)

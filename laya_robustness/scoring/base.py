@@ -1,14 +1,17 @@
-"""The scorer contract (what the harness calls), its errors, and the display-order -> label-order map.
+"""The scorer contract (what the harness calls), its errors, what a scorer can do, and the display-order ->
+label-order map.
 
 A scorer must have what ``Scorer`` declares; the HF scorer also has the optional capabilities
-listed in ``OPTIONAL_CAPABILITIES``, which the harness uses when present.
+listed in ``OPTIONAL_CAPABILITIES``, which the harness uses when present. ``capabilities(scorer)`` probes a scorer
+once for all of them (any object: a plug-in declares nothing) into a ``ScorerCapabilities`` the run reads.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -34,6 +37,19 @@ class ScoringError(RuntimeError):
         self.model, self.row_ids = model, list(row_ids)
         shown = ", ".join(self.row_ids[:8]) + (f", ... ({len(self.row_ids)} rows)" if len(self.row_ids) > 8 else "")
         super().__init__(f"scoring with model {model!r} failed on rows [{shown}]: {type(cause).__name__}: {cause}")
+
+
+_T = TypeVar("_T")
+
+
+def guarded(model: str, rows: Sequence[Row], work: Callable[[], _T]) -> _T:
+    """``work()``, any error but a ``ScoringError`` raised as one naming ``model`` and the rows' ids."""
+    try:
+        return work()
+    except ScoringError:
+        raise
+    except Exception as exc:
+        raise ScoringError(model, [r.row_id for r in rows], exc) from exc
 
 
 @runtime_checkable
@@ -100,6 +116,76 @@ def answers_in_text(scorer: object) -> bool:
 #: ``shared_prefix_vs_alone``).
 OPTIONAL_CAPABILITIES = ("stats", "generate", "layer_states", "score_batch_per_option", "shares_prefixes",
                          "score_batch_unshared")
+
+
+@dataclass(frozen=True)
+class ScorerCapabilities:
+    """What a scorer can do, probed once (``capabilities``): the run reads this record instead of the scorer.
+
+    ``answers_in_text`` (an ``AnsweringScorer``: ``answers(rows)`` and ``concurrency`` rows in flight),
+    ``probabilities`` (its rows carry option logits: any logit scorer, a served model only where its server
+    returns them), ``generates`` (``generate(rows, max_new_tokens)``), ``per_option`` (``score_batch_per_option``),
+    ``unshared`` (``score_batch_unshared``), ``shares_prefixes`` and ``prefix_sharing`` (the identity's account of
+    it, None where it gives none), ``casts_weights`` (a torch ``model`` and a ``precision`` to swap: bf16 weights),
+    ``replaceable`` (``replaced(model=..., precision=...)``: a copy with its own caches), ``layer_states``,
+    ``forget_images``, ``stats`` (a dict of counters) and ``batch_precision`` (``fp32`` or ``bf16``: what the batch
+    path runs in; ``fp32`` where the scorer does not say).
+    """
+
+    answers_in_text: bool = False
+    concurrency: int | None = None
+    probabilities: bool = True
+    generates: bool = False
+    per_option: bool = False
+    unshared: bool = False
+    shares_prefixes: bool = False
+    prefix_sharing: str | None = None
+    casts_weights: bool = False
+    replaceable: bool = False
+    layer_states: bool = False
+    forget_images: bool = False
+    stats: bool = False
+    batch_precision: str = "fp32"
+
+    @classmethod
+    def probe(cls, scorer: object) -> "ScorerCapabilities":
+        """The capabilities of any object, read from what it has (nothing is called but ``batch_precision()``)."""
+        def has(name: str) -> bool:
+            return callable(getattr(scorer, name, None))
+
+        text = answers_in_text(scorer)
+        identity = getattr(scorer, "identity", None)
+        sharing = identity.get("prefix_sharing") if isinstance(identity, dict) else None
+        return cls(
+            answers_in_text=text, concurrency=scorer.concurrency if text else None,
+            probabilities=bool(getattr(scorer, "probabilities", False)) if text else True,
+            generates=has("generate"), per_option=has("score_batch_per_option"), unshared=has("score_batch_unshared"),
+            shares_prefixes=bool(getattr(scorer, "shares_prefixes", False)),
+            prefix_sharing=None if sharing is None else str(sharing),
+            casts_weights=hasattr(scorer, "model") and hasattr(scorer, "precision"), replaceable=has("replaced"),
+            layer_states=has("layer_states"), forget_images=has("forget_images"),
+            stats=isinstance(getattr(scorer, "stats", None), dict),
+            batch_precision=scorer.batch_precision() if has("batch_precision") else "fp32")
+
+
+#: Probed scorers by ``id``, each with a weak reference that drops its entry when the scorer goes.
+_PROBED: dict[int, tuple[weakref.ref, ScorerCapabilities]] = {}
+
+
+def capabilities(scorer: object) -> ScorerCapabilities:
+    """The scorer's ``ScorerCapabilities``, probed on the first call and kept while the scorer lives (an object
+    without weak references is probed on every call)."""
+    key = id(scorer)
+    found = _PROBED.get(key)
+    if found is not None and found[0]() is scorer:
+        return found[1]
+    record = ScorerCapabilities.probe(scorer)
+    try:
+        ref = weakref.ref(scorer, lambda _, key=key: _PROBED.pop(key, None))
+    except TypeError:
+        return record
+    _PROBED[key] = (ref, record)
+    return record
 
 
 def check_scorer(scorer: object, source: str) -> object:

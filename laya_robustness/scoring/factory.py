@@ -1,9 +1,10 @@
-"""Which scorer a run uses: the Hugging Face scorer (``hf``), a model behind an OpenAI-compatible server
-(``openai``) or a plug-in factory (``module:function``)."""
+"""Which scorer a run uses: the Hugging Face scorer (``hf``: a checkpoint, or a model object in memory), a model
+behind an OpenAI-compatible server (``openai``) or a plug-in factory (``module:function``)."""
 
 from __future__ import annotations
 
 import importlib
+import os
 
 from laya_robustness.scoring.base import ScorerContractError, check_scorer
 from laya_robustness.scoring.cache import (
@@ -16,14 +17,18 @@ from laya_robustness.scoring.cache import (
 SERVED_SCORER = "openai"
 
 
-def load_scorer(spec: str, model: str | None, *, device: str = "cpu", precision: str = "auto", batch_size: int = 16,
+def load_scorer(spec: str, model, *, device: str | None = None, precision: str = "auto", batch_size: int = 16,
                 attn_implementation: str = "eager", trust_remote_code: bool = False,
                 feature_cache_bytes: int = DEFAULT_FEATURE_CACHE_BYTES,
                 pixel_cache_bytes: int = DEFAULT_PIXEL_CACHE_BYTES,
-                prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, served: dict | None = None):
+                prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, served: dict | None = None, processor=None):
     """``hf``: a Hugging Face image-text-to-text model; ``openai``: ``model`` (None: the endpoint's only model)
     behind the OpenAI-compatible endpoint of ``served`` (``ServedScorer.connect``'s keywords: ``endpoint``,
     ``api_key_env``, ``concurrency``, ``timeout_s``); ``module:function``: a plug-in factory.
+
+    With ``hf``, ``model`` is a hub id or a checkpoint directory, or a loaded model object scored as it stands
+    (``HFVLMScorer.from_model``: ``processor`` is then required, ``device`` defaults to the model's own and the
+    loading options do not apply). ``device`` is ``cpu`` when not given, a loaded model's own device aside.
 
     A plug-in factory is called as ``function(model, device=..., precision=..., batch_size=...,
     attn_implementation=...)`` and must return what ``laya_robustness.scoring.base.Scorer``
@@ -31,15 +36,26 @@ def load_scorer(spec: str, model: str | None, *, device: str = "cpu", precision:
     ``ModelLoadError`` (``UnsupportedArchitecture`` for an architecture without an adapter). The cache
     bounds apply to ``hf`` (``HFVLMScorer``'s vision-feature, pixel and prompt-prefix stores).
     """
+    caches = {"feature_cache_bytes": feature_cache_bytes, "pixel_cache_bytes": pixel_cache_bytes,
+              "prefix_cache_bytes": prefix_cache_bytes}
+    if spec == "hf" and not isinstance(model, (str, os.PathLike, type(None))):
+        from laya_robustness.scoring.hf import HFVLMScorer
+
+        if processor is None:
+            raise TypeError(f"load_scorer('hf', <{type(model).__name__}>) needs processor: a model object is scored "
+                            f"with the processor it was loaded with")
+        return HFVLMScorer.from_model(model, processor, device=device, precision=precision, batch_size=batch_size,
+                                      **caches)
+    if processor is not None:
+        raise ValueError(f"processor goes with a loaded model object (scorer 'hf'); scorer {spec!r} with model "
+                         f"{model!r} loads its own")
+    device = device or "cpu"
     if spec == "hf":
         from laya_robustness.scoring.hf import HFVLMScorer
 
         return HFVLMScorer.from_pretrained(model, device=device, precision=precision, batch_size=batch_size,
                                            attn_implementation=attn_implementation,
-                                           trust_remote_code=trust_remote_code,
-                                           feature_cache_bytes=feature_cache_bytes,
-                                           pixel_cache_bytes=pixel_cache_bytes,
-                                           prefix_cache_bytes=prefix_cache_bytes)
+                                           trust_remote_code=trust_remote_code, **caches)
     if spec == SERVED_SCORER:
         from laya_robustness.scoring.served import ServedScorer
 
