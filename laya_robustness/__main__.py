@@ -156,6 +156,19 @@ def _fixture_clip(args) -> int:
     return 0
 
 
+def _fixture_gguf(args) -> int:
+    from laya_robustness.fixtures.gguf import sha256, write_gguf
+
+    try:
+        paths = write_gguf(args.out, source=args.llama_cpp, checkpoint=args.checkpoint)
+    except RuntimeError as exc:  # the converter failed: its output says why
+        print(f"error: {exc}", file=sys.stderr)
+        return HARNESS_ERROR
+    for path in paths:
+        print(f"wrote {path} ({path.stat().st_size:,} bytes, sha256 {sha256(path)})")
+    return 0
+
+
 def _export_parquet(args) -> int:
     from laya_robustness.loaders.export import export_parquet
     from laya_robustness.loaders.settings import LoadSettings
@@ -287,6 +300,15 @@ def parser() -> argparse.ArgumentParser:
                    "clip-anytorch or open-clip-torch wheel) or a directory with vocab.json + merges.txt "
                    "(default: the committed laya_fixtures/tiny-clip)")
     k.set_defaults(run=_fixture_clip)
+    g = fsub.add_parser("gguf", help="convert the tiny SmolVLM checkpoint to GGUF for llama.cpp (model.gguf, "
+                        "mmproj.gguf; f32, llama.cpp's own converter)")
+    g.add_argument("--out", type=Path, default=FIXTURES / "tiny-smolvlm-gguf")
+    g.add_argument("--checkpoint", type=Path, default=FIXTURES / "tiny-smolvlm", help="the checkpoint to convert "
+                   "(default: laya_fixtures/tiny-smolvlm)")
+    g.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp's source (llama-cpp-python's "
+                   "vendor/llama.cpp) (default: $LAYA_LLAMA_CPP_SOURCE, else where scripts/build_llama_server.sh "
+                   "unpacks it)")
+    g.set_defaults(run=_fixture_gguf)
     e = sub.add_parser("export-parquet", help="write the rows of a --data source as parquet, one file per dataset")
     e.add_argument("data", type=Path, help="a JSONL manifest, TSV, parquet file, datasets directory, or a directory "
                    "of them")

@@ -1,8 +1,10 @@
-"""The real parts the served-model tests run against: ``transformers serve`` on 127.0.0.1, and a forwarding proxy in
-front of it that makes the faults a real server does not make on demand.
+"""The real parts the served-model tests run against: ``transformers serve`` and llama.cpp's ``llama-server`` on
+127.0.0.1, and a forwarding proxy in front of them that makes the faults a real server does not make on demand.
 
 ``ServedModel`` starts ``transformers serve laya_fixtures/tiny-smolvlm`` on a free port (offline), waits until
-``/health`` answers, and can be killed and restarted on the same port. ``FaultProxy`` forwards every request to it
+``/health`` answers, and can be killed and restarted on the same port. ``LlamaServer`` starts ``llama-server`` (built by
+``scripts/build_llama_server.sh``) with the checkpoint's GGUF files (``laya_fixtures/tiny-smolvlm-gguf``) the same
+way; it returns ``top_logprobs``. ``FaultProxy`` forwards every request to it
 and, on the first attempt of a request its plan picks (by a hash of the request body, so the plan is the same
 on every run), answers 429 or a 5xx, drops the connection, or replies only after the client's timeout; the retry
 is forwarded as it is; the upstream's ``Server`` header is passed on, as a transparent proxy does. With
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "laya_fixtures/tiny-smolvlm"
+GGUF = ROOT / "laya_fixtures" / "tiny-smolvlm-gguf"
 START_TIMEOUT_S = 180
 FAULTS = ("429", "500", "503", "drop", "slow")
 
@@ -48,18 +52,38 @@ def _get(url: str, timeout: float = 2.0) -> bytes:
         return reply.read()
 
 
-def wait_for_health(process: subprocess.Popen, base: str, log: Path) -> None:
+def wait_for_health(process: subprocess.Popen, base: str, log: Path, name: str = "transformers serve") -> None:
     """Until the server at ``base`` answers ``/health`` with ok (RuntimeError when it exits or takes too long)."""
     deadline = time.time() + START_TIMEOUT_S
     while time.time() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"transformers serve exited with {process.returncode}: {log.read_text()[-2000:]}")
+            raise RuntimeError(f"{name} exited with {process.returncode}: {log.read_text()[-2000:]}")
         try:
             if json.loads(_get(base + "/health")).get("status") == "ok":
                 return
         except (OSError, ValueError):
-            time.sleep(0.5)
-    raise RuntimeError(f"transformers serve did not answer /health within {START_TIMEOUT_S} s")
+            time.sleep(0.2)
+    raise RuntimeError(f"{name} did not answer /health within {START_TIMEOUT_S} s")
+
+
+def stop_group(process: subprocess.Popen | None, timeout: float = 20) -> None:
+    """SIGTERM to the process group of ``process`` (started with ``start_new_session``), SIGKILL after ``timeout``."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def llama_server_binary() -> Path | None:
+    """``llama-server`` beside this interpreter (where ``scripts/build_llama_server.sh`` installs it), else on PATH."""
+    beside = Path(sys.executable).with_name("llama-server")
+    if beside.is_file():
+        return beside
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
 
 
 class ServedModel:
@@ -97,12 +121,43 @@ class ServedModel:
             self.process.wait()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_group(self.process)
+
+
+class LlamaServer:
+    """llama.cpp's ``llama-server`` of the checkpoint's GGUF files on a free port of 127.0.0.1, as docs/served.md starts
+    it: model id ``tiny-smolvlm``, greedy (temperature 0, seed 0), ``threads`` CPU threads, ``parallel`` slots of
+    ``SLOT_CONTEXT`` positions (the model's context raised from 512: llama.cpp writes an image in 38 positions,
+    transformers in 19), stopped by its process group. ``command`` is what it was started with."""
+
+    SLOT_CONTEXT = 1024
+
+    def __init__(self, log_dir: Path, binary: Path, gguf: Path = GGUF, threads: int = 1, parallel: int = 4):
+        self.port, self.log = free_port(), Path(log_dir) / "llama-server.log"
+        self.command = [str(binary), "-m", str(gguf / "model.gguf"), "--mmproj", str(gguf / "mmproj.gguf"),
+                        "--alias", "tiny-smolvlm", "--host", "127.0.0.1", "--port", str(self.port), "--temp", "0",
+                        "--seed", "0", "--threads", str(threads), "--threads-batch", str(threads),
+                        "--parallel", str(parallel), "--ctx-size", str(self.SLOT_CONTEXT * parallel),
+                        "--override-kv", f"llama.context_length=int:{self.SLOT_CONTEXT}", "--no-webui"]
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "LlamaServer":
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        try:
+            wait_for_health(self.process, self.url.removesuffix("/v1"), self.log, "llama-server")
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        stop_group(self.process)
 
 
 class AnswerLogprobs:
@@ -123,9 +178,13 @@ class AnswerLogprobs:
         chat = [{"role": m["role"], "content": [
             {"type": "image", "url": c["image_url"]["url"]} if c["type"] == "image_url" else c
             for c in m["content"]]} for m in messages]
+        inputs = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=True, return_tensors="pt")
+        return self.of_inputs(inputs, top)
+
+    def of_inputs(self, inputs: dict, top: int) -> list[dict]:
+        """The logprobs of the greedy answer to the model's ``inputs`` (ids, pixels) as they are."""
         with self.lock, self.torch.inference_mode():
-            inputs = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
-                                                        return_dict=True, return_tensors="pt")
             out = self.model.generate(**inputs, max_new_tokens=self.steps, do_sample=False, output_logits=True,
                                       return_dict_in_generate=True)
         decode, n = self.processor.tokenizer.decode, inputs["input_ids"].shape[1]

@@ -8,10 +8,13 @@ dropped) and each goes to the runner of its first words:
   fails here; the full gate run is the README's test command, which CI runs.
 - ``python -m laya_robustness ...``: run in full, in process, on the reports of a small gate run (in the
   order the pages show them: the ``variants`` commands write the files a later gate command reads).
-- ``transformers serve ...``: started for real on a free port of 127.0.0.1, waited for until it answers,
-  and stopped; the gate command against a served model collects against the tests' own server.
-- installation (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``): what ``.ci/run`` does
-  from scratch on every landing; here each package or extra named must be one it installs.
+- ``transformers serve ...`` and ``llama-server ...``: started for real on a free port of 127.0.0.1, waited for
+  until it answers, and stopped; the gate command against a served model collects against the tests' own server
+  of that kind. Without a built ``llama-server`` (``scripts/build_llama_server.sh``) its commands skip, saying so,
+  as does ``fixtures gguf`` without the llama.cpp source that script unpacks.
+- installation (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``, ``bash scripts/...``): what
+  ``.ci/run`` does from scratch on every landing; here each package or extra named must be one it installs, and a
+  script one it runs.
 - a command no runner knows fails the test: a new kind of documented command needs its runner.
 
 A ``python`` block is executed as written, in a fresh interpreter from the project root; a block marked
@@ -84,9 +87,10 @@ def _kind(command: str) -> str:
         return "pytest"
     if words[:3] == ["python", "-m", "laya_robustness"]:
         return "cli"
-    if words[:2] == ["transformers", "serve"]:
+    if words[:2] == ["transformers", "serve"] or words[0] == "llama-server":
         return "serve"
-    if words[:3] == ["python3", "-m", "venv"] or words[:2] == [".", ".venv/bin/activate"] or words[:2] == ["pip", "install"]:
+    if words[:3] == ["python3", "-m", "venv"] or words[:2] == [".", ".venv/bin/activate"] or words[:2] == ["pip", "install"] \
+            or words[0] == "bash" and words[1].startswith("scripts/"):
         return "install"
     return "unknown"
 
@@ -159,6 +163,12 @@ def causal_lm(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "cli"],
                          ids=lambda x: str(x)[:70])
 def test_a_documented_project_command_runs(page, command, project, causal_lm, monkeypatch, tmp_path):
+    if " fixtures gguf" in command:
+        from laya_robustness.fixtures.gguf import default_source
+
+        if not (default_source() / "convert_hf_to_gguf.py").is_file():
+            pytest.skip(f"llama.cpp's converter is not unpacked at {default_source()}: "
+                        "`bash scripts/build_llama_server.sh` unpacks it")
     monkeypatch.chdir(project)
     assert _run_cli(command, causal_lm, tmp_path) == 0, f"{page}: {command}"
 
@@ -187,16 +197,23 @@ def _write_what_it_reads(command: str, project: Path, request, monkeypatch, tmp_
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "serve"],
                          ids=lambda x: str(x)[:70])
 def test_a_documented_server_starts_and_answers(page, command, tmp_path):
-    from served_parts import free_port, wait_for_health
+    from served_parts import free_port, llama_server_binary, wait_for_health
 
     words = shlex.split(command)
     port = words[words.index("--port") + 1]
     words[words.index("--port") + 1] = str(free_port())
-    words[0] = str(Path(sys.executable).with_name("transformers"))
+    if words[0] == "llama-server":
+        binary = llama_server_binary()
+        if binary is None:
+            pytest.skip("llama-server is not built: `bash scripts/build_llama_server.sh` builds it")
+        words[0] = str(binary)
+    else:
+        words[0] = str(Path(sys.executable).with_name("transformers"))
     with (tmp_path / "server.log").open("wb") as log:
         server = subprocess.Popen(words, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for_health(server, f"http://127.0.0.1:{words[words.index('--port') + 1]}", tmp_path / "server.log")
+        wait_for_health(server, f"http://127.0.0.1:{words[words.index('--port') + 1]}", tmp_path / "server.log",
+                        Path(words[0]).name)
     finally:  # its whole process group, by its id, whatever the test's outcome
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -214,10 +231,24 @@ def test_a_documented_pytest_command_collects(page, command, project, request, m
     _write_what_it_reads(command, project, request, monkeypatch, tmp_path)
     if "--endpoint http://127.0.0.1:8000/v1" in command:  # the tests' own server of the embedded checkpoint
         command = command.replace("http://127.0.0.1:8000/v1", request.getfixturevalue("served_model").url)
+    if "--endpoint http://127.0.0.1:8080/v1" in command:  # llama-server of its GGUF files, as the page starts it
+        command = command.replace("http://127.0.0.1:8080/v1", request.getfixturevalue("llama_server").url)
     run = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(command)[1:], "--collect-only", "-q",
                           "-p", "no:cacheprovider"], cwd=project, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"{page}: {command}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
     assert re.search(r"\d+ tests? collected", run.stdout), run.stdout[-2000:]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    from served_parts import LlamaServer, llama_server_binary
+
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built: `bash scripts/build_llama_server.sh` builds it")
+    server = LlamaServer(tmp_path_factory.mktemp("llama-server"), binary).start()
+    yield server
+    server.stop()
 
 
 PYTHON = [(page, mark, body) for page, mark, body in _blocks("python")]
