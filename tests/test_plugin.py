@@ -1,5 +1,6 @@
 """The pytest plugin, driven through pytester on a copy of the gate with small rows and a fake scorer."""
 
+import gzip
 import json
 import platform
 import re
@@ -334,7 +335,7 @@ def test_the_gate_runs_on_a_vlmevalkit_tsv_with_the_shipped_limits(gate):
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
     summary = json.loads((gate.path / "reports" / "summary.json").read_text())
     assert summary["families"]["orig"]["my_photos"]["n_rows"] == 12
-    result.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.m*.d*.s0.n0.all)*"
+    result.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.my_photos_tsv.s0.n0.all.fakes_oracle)*"
                                  "--snapshot-update*"])
 
 
@@ -472,10 +473,10 @@ def test_each_scoring_configuration_keeps_its_own_snapshot(gate):
     assert gate.runpytest_subprocess(*base, "--snapshot-update").ret == 0
     predict = gate.runpytest_subprocess(*base, "--scoring-path", "predict", "-rs")
     assert predict.ret == 0, predict.stdout.str()
-    predict.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.m*.d*.s0.n0.all.predict)*"])
+    predict.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.rows.s0.n0.all.fakes_oracle-predict)*"])
     assert gate.runpytest_subprocess(*base, "--scoring-path", "predict", "--snapshot-update").ret == 0
     stored = sorted(p.name for p in (gate.path / "robustness_tests" / "__snapshots__").rglob("*.json"))
-    assert [name.endswith(".all.predict].json") for name in stored] == [True, False], stored
+    assert [name.endswith(".all.fakes_oracle-predict].json") for name in stored] == [True, False], stored
     for extra in ((), ("--scoring-path", "predict")):
         again = gate.runpytest_subprocess(*base, *extra)
         again.assert_outcomes(passed=1)
@@ -581,3 +582,30 @@ def test_the_header_names_the_prefix_lm_that_shares_no_prefix(tmp_path):
     assert prefix_sharing_line(settings).startswith("laya-robustness: prompt prefix sharing (paligemma): none: the "
                                                     "prompt attends bidirectionally (a prefix-LM)")
     assert prefix_sharing_line(SimpleNamespace(scorer="fakes:oracle", model=str(tmp_path), prefix_cache_mb=1)) is None
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "--baseline: "),
+    (None, "--baseline: "),
+    (b"not gzip at all", "--baseline: "),
+    (gzip.compress(b'{"row_id": "a"}\n', mtime=0), "--baseline: "),
+], ids=["empty", "missing", "not-gzip", "foreign"])
+def test_a_bad_baseline_is_a_usage_error_before_any_row_is_scored(gate, tmp_path, monkeypatch, content, words):
+    """Checked with the other inputs, before collection ends: exit 4 naming it, nothing scored, no report."""
+    bad = tmp_path / "baseline.jsonl.gz"
+    if content is not None:
+        bad.write_bytes(content)
+    counts = tmp_path / "rows.count"
+    monkeypatch.setenv("LAYA_COUNT_FILE", str(counts))  # the counting scorer appends each batch's rows to it
+    result = run(gate, "--families", "option_order", "--scorer", "fakes:counting", "--baseline", str(bad),
+                 subprocess=True)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{words}*{bad.name}*"])
+    assert not (gate.path / "reports" / "summary.json").exists() and not counts.exists()
+
+
+def test_a_journal_inside_the_data_folder_is_a_usage_error(gate):
+    result = run(gate, "--journal", "rows/journal")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--journal: *rows/journal is inside --data *rows: --resume would read its files as "
+                                 "rows*", "*type instead, e.g.: pytest robustness_tests --journal reports/journal*"])

@@ -28,6 +28,19 @@ def pytest_gate(report_dir: Path, *options: str) -> int:
     return done.returncode
 
 
+def api_run(out: Path, **arguments) -> dict:
+    """``run_gate(**arguments)`` in a fresh interpreter from the project root, as the pytest gate runs (the same
+    threads: the invariance conditions' last digits depend on them), its reports written to ``out``; what its
+    result holds."""
+    code = ("import json, sys, laya_robustness; r = laya_robustness.run_gate(**json.loads(sys.argv[1])); "
+            "print(json.dumps({'passed': r.passed, 'exit_status': r.exit_status, 'summary': r.summary, "
+            "'checks': r.checks, 'invariance': r.invariance, 'complete': r.scope.complete}))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps({**arguments, "report_dir": str(out)})], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def without_meta(document: dict) -> dict:
     return {k: v for k, v in document.items() if k != "meta"}
 
@@ -36,12 +49,12 @@ def records(folder: Path) -> bytes:
     return gzip.decompress((folder / "predictions.jsonl.gz").read_bytes())
 
 
-def same_as_the_pytest_gate(result, folder: Path, status: int) -> None:
-    assert without_meta(result.summary) == without_meta(json.loads((folder / "summary.json").read_text()))
-    assert result.checks == json.loads((folder / "checks.json").read_text())
+def same_as_the_pytest_gate(result: dict, folder: Path, status: int) -> None:
+    assert without_meta(result["summary"]) == without_meta(json.loads((folder / "summary.json").read_text()))
+    assert result["checks"] == json.loads((folder / "checks.json").read_text())
     invariance = json.loads((folder / "invariance.json").read_text())
-    assert result.invariance["conditions"] == invariance["conditions"]
-    assert result.exit_status == status and result.passed is (status == 0)
+    assert result["invariance"]["conditions"] == invariance["conditions"]
+    assert result["exit_status"] == status and result["passed"] is (status == 0)
 
 
 @pytest.fixture(scope="module")
@@ -50,30 +63,34 @@ def embedded_pytest(tmp_path_factory):
     return folder, pytest_gate(folder, *SMALL_OPTIONS)
 
 
-def test_run_gate_gives_the_pytest_gates_numbers_and_verdict_on_the_embedded_default(embedded_pytest, tmp_path,
-                                                                                        monkeypatch):
+def test_run_gate_gives_the_pytest_gates_numbers_and_verdict_on_the_embedded_default(embedded_pytest, tmp_path):
     folder, status = embedded_pytest
-    monkeypatch.chdir(ROOT)
-    result = laya_robustness.run_gate(**SMALL)
+    result = api_run(tmp_path / "api", **SMALL)
     same_as_the_pytest_gate(result, folder, status)
-    assert result.scope.complete and result.summary["meta"]["complete"] is True
-    written = result.write(tmp_path)
-    assert sorted(p.name for p in written) == ["checks.json", "invariance.json", "predictions.jsonl.gz",
-                                               "report.html", "summary.json", "summary.md"]
-    assert records(tmp_path) == records(folder)
-    assert not list(ROOT.glob("laya-run-*"))  # no report unless asked: nothing left behind
+    assert result["complete"] and result["summary"]["meta"]["complete"] is True
+    assert sorted(p.name for p in (tmp_path / "api").iterdir()) == [
+        "checks.json", "invariance.json", "predictions.jsonl.gz", "report.html", "summary.json", "summary.md"]
+    assert records(tmp_path / "api") == records(folder)
 
 
-def test_run_gate_gives_the_pytest_gates_numbers_on_another_architecture(tmp_path, monkeypatch):
+def test_no_report_is_written_unless_asked_and_write_writes_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = laya_robustness.run_gate(root=ROOT, families=["text"], rows_per_set=2, invariance=False)
+    assert list(tmp_path.iterdir()) == []  # nothing written, no journal left behind
+    written = result.write(tmp_path / "later")
+    assert sorted(p.name for p in written) == ["checks.json", "predictions.jsonl.gz", "report.html", "summary.json",
+                                               "summary.md"]
+    assert json.loads((tmp_path / "later" / "summary.json").read_text()) == result.summary
+
+
+def test_run_gate_gives_the_pytest_gates_numbers_on_another_architecture(tmp_path):
     model = build_checkpoint("llava", tmp_path / "llava")
     status = pytest_gate(tmp_path / "pytest", "--model", str(model), "--families", "option_order",
                          "--rows-per-set", "2", "--invariance-rows", "1")
-    monkeypatch.chdir(ROOT)
-    result = laya_robustness.run_gate(str(model), families=["option_order"], rows_per_set=2, invariance_rows=1,
-                                      report_dir=tmp_path / "api")
+    result = api_run(tmp_path / "api", model=str(model), families=["option_order"], rows_per_set=2, invariance_rows=1)
     same_as_the_pytest_gate(result, tmp_path / "pytest", status)
     assert records(tmp_path / "api") == records(tmp_path / "pytest")
-    assert result.summary["meta"]["model"]["architecture"] == "llava"
+    assert result["summary"]["meta"]["model"]["architecture"] == "llava"
 
 
 def test_a_crossed_limit_is_a_failure_with_its_numbers_and_exit_status_1(tmp_path, monkeypatch):
@@ -118,3 +135,21 @@ def test_run_gate_runs_without_pytest_and_the_package_imports_light():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() in ("0", "1")
+
+
+def test_a_model_in_memory_gives_the_records_of_its_saved_directory(tmp_path, monkeypatch):
+    """Scored as it stands (train mode before, train mode after), with the identity its directory has."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    monkeypatch.chdir(ROOT)
+    model = AutoModelForImageTextToText.from_pretrained(EMBEDDED, attn_implementation="eager").train()
+    processor = AutoProcessor.from_pretrained(EMBEDDED)
+    arguments = {"families": ["option_order", "text"], "rows_per_set": 2, "invariance": False, "limitations": "none"}
+    in_memory = laya_robustness.run_gate(model, processor=processor, report_dir=tmp_path / "memory", **arguments)
+    saved = laya_robustness.run_gate(str(EMBEDDED), report_dir=tmp_path / "saved", **arguments)
+    assert model.training is True
+    assert records(tmp_path / "memory") == records(tmp_path / "saved")
+    assert without_meta(in_memory.summary) == without_meta(saved.summary)
+    assert in_memory.summary["meta"]["model"]["weights_sha256"] == saved.summary["meta"]["model"]["weights_sha256"]
+    with pytest.raises(laya_robustness.UsageError, match="processor: a model loaded in memory needs its processor"):
+        laya_robustness.run_gate(model)

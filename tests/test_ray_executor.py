@@ -46,30 +46,43 @@ def _free_port() -> int:
 OTHER_MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm-seed2"
 
 
-@pytest.fixture(scope="module")
-def ray_head():
-    """The address of a one-node cluster (2 CPUs) started with `ray start --head --block`, stopped on SIGTERM
-    (its folder is short: Ray's socket paths inside it must stay under 108 characters). It is started in that
-    folder, which holds another checkpoint as ``mymodel``: where an actor resolves a relative path, it finds that."""
+def start_head(temp: Path) -> tuple[subprocess.Popen, str]:
+    """`ray start --head --block` of a one-node cluster (2 CPUs) in ``temp`` (short: Ray's socket paths inside it
+    must stay under 108 characters), once it says it started: (the process, leading its own process group; the
+    address)."""
     port = _free_port()
-    temp = Path(tempfile.mkdtemp(prefix="ray-"))
-    shutil.copytree(OTHER_MODEL, temp / "mymodel")
     cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
            "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false", "--temp-dir", str(temp),
            "--disable-usage-stats"]
-    log = (temp / "head.log").open("w")
-    head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=temp)
+    with (temp / "head.log").open("w") as log:
+        head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=temp)
     deadline = time.monotonic() + 90
     while "Ray runtime started" not in (temp / "head.log").read_text():
         assert head.poll() is None and time.monotonic() < deadline, (temp / "head.log").read_text()
         time.sleep(0.2)
-    yield f"127.0.0.1:{port}"
-    head.send_signal(signal.SIGTERM)
-    try:
-        head.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(head.pid, signal.SIGKILL)
-    log.close()
+    return head, f"127.0.0.1:{port}"
+
+
+def stop_head(head: subprocess.Popen) -> None:
+    if head.poll() is None:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """The address of a one-node cluster started with `ray start --head --block`, stopped on SIGTERM. It is started
+    in a folder that holds another checkpoint as ``mymodel``: where an actor resolves a relative path, it finds
+    that."""
+    temp = Path(tempfile.mkdtemp(prefix="ray-"))
+    shutil.copytree(OTHER_MODEL, temp / "mymodel")
+    head, address = start_head(temp)
+    yield address
+    stop_head(head)
     shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -305,6 +318,70 @@ def test_an_unreachable_cluster_is_exit_3_before_any_test_naming_the_address(pro
     assert status == 3, out
     assert f"no Ray cluster answers at --ray-address {address}" in out
     assert not (project / "unreachable").exists()
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_port_that_is_no_ray_head_is_exit_3_in_seconds_naming_it(project, scheme):
+    """A port that accepts connections but is no Ray head (an HTTP server here): Ray's own connect would retry
+    for minutes; the run stops in seconds, exit 3, naming the address, before the report folder is touched."""
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+    from threading import Thread
+
+    server = HTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    Thread(target=server.serve_forever, daemon=True).start()
+    address = f"{scheme}127.0.0.1:{server.server_address[1]}"
+    try:
+        started = time.monotonic()
+        status, out = gate_run(project, "--report-dir", "not-ray", "--executor", "ray", "--ray-address", address)
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+    assert status == 3, out
+    assert f"--ray-address {address}: 127.0.0.1:{server.server_address[1]} accepts connections but is no Ray head" in out
+    assert took < 30 and not (project / "not-ray").exists()
+
+
+def _gcs_server(temp: Path) -> int:
+    """The process id of the GCS server of the head started in ``temp`` (its command line names that folder)."""
+    import psutil
+
+    for process in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if "gcs_server" in (process.info["name"] or "") and str(temp) in cmdline:
+            return process.pid
+    raise AssertionError(f"no gcs_server of the head in {temp}")
+
+
+def test_a_head_lost_mid_run_is_exit_3_in_seconds_with_its_journal_and_resume_finishes(project, local, tmp_path):
+    """The head's GCS killed (-9) while the actors score: exit 3 naming the address within seconds (Ray itself
+    ends the process with 1 after a minute), the report written as incomplete, the lock released, the journal
+    kept; --resume with the local executor then gives the local run's predictions. (The head's raylet is left: the
+    front end runs on the head's node here, and Ray ends a driver at once, uncatchably, when its local raylet
+    dies: docs/clusters.md.)"""
+    temp = Path(tempfile.mkdtemp(prefix="ray-"))
+    head, address = start_head(temp)
+    journal = tmp_path / "journal"
+    try:
+        process = start_gate(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "lost", "--journal",
+                             str(journal), "--executor", "ray", "--ray-address", address,
+                             job=job_env(LAYA_SLOW_PER_ROW="0.05"))
+        _wait_for(lambda: len(_journaled(journal)) >= 4, process)
+        os.kill(_gcs_server(temp), signal.SIGKILL)
+        killed = time.monotonic()
+        out, _ = process.communicate(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        stop_head(head)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert process.returncode == 3, out[-3000:]
+    assert f"lost the Ray cluster at --ray-address {address}: its head" in out and took < 45, (took, out[-2000:])
+    meta = json.loads((project / "lost" / "summary.json").read_text())["meta"]
+    assert meta["complete"] is False and "lost the Ray cluster" in meta["incomplete_reason"]
+    assert not (project / "lost" / ".laya-robustness.lock").exists() and _journaled(journal)
+    status, out = gate_run(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "lost", "--journal",
+                           str(journal), "--resume")
+    assert status == 0, out[-3000:]
+    assert (project / "lost" / "predictions.jsonl.gz").read_bytes() == (local / "predictions.jsonl.gz").read_bytes()
 
 
 @pytest.mark.parametrize("args, words", [

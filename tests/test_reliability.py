@@ -65,22 +65,35 @@ def _scored_rows(count_file):
     return sum(int(n) for n in count_file.read_text().split()) if count_file.exists() else 0
 
 
-def test_kill_9_then_resume_gives_the_same_reports_as_a_clean_run(gate):
-    """A run killed while scoring leaves its journal and its lock: the next run takes the lock over and, with
-    --resume, scores only what was not journaled; its reports are byte-identical to an uninterrupted run's."""
+def _clean_run(gate) -> dict:
+    """An uninterrupted gate run reporting to ``clean`` (its scored rows counted in ``clean.count``); the
+    environment it ran with."""
     env = {**os.environ, "PYTHONPATH": os.environ["PYTHONPATH"], "LAYA_COUNT_FILE": str(gate.path / "clean.count")}
     clean = subprocess.run(_gate_command(gate, "--report-dir", "clean", "--batch-size", "2"), cwd=gate.path, env=env,
                            capture_output=True)
     assert clean.returncode == 0, clean.stdout.decode()[-3000:]
-    total = _scored_rows(gate.path / "clean.count")
+    return env
 
-    env.update(LAYA_COUNT_FILE=str(gate.path / "killed.count"), LAYA_SLOW="0.05")
-    killed = subprocess.Popen(_gate_command(gate, "--report-dir", "resumed", "--batch-size", "2"), cwd=gate.path,
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    journal = gate.path / "resumed" / "journal"
+
+def _slow_run_until_journaled(gate, env: dict, report_dir: str, lines: int, stdout) -> subprocess.Popen:
+    """A slowed gate run reporting to ``report_dir`` (its rows counted in ``<report_dir>.slow.count``), once its journal
+    holds ``lines`` lines."""
+    env.update(LAYA_COUNT_FILE=str(gate.path / f"{report_dir}.slow.count"), LAYA_SLOW="0.05")
+    process = subprocess.Popen(_gate_command(gate, "--report-dir", report_dir, "--batch-size", "2"), cwd=gate.path,
+                               env=env, stdout=stdout, stderr=subprocess.STDOUT)
+    journal = gate.path / report_dir / "journal"
     deadline = time.time() + 300
-    while time.time() < deadline and sum(1 for f in journal.glob("*.jsonl") for _ in f.open()) < 80:
+    while time.time() < deadline and sum(1 for f in journal.glob("*.jsonl") for _ in f.open()) < lines:
         time.sleep(0.2)
+    return process
+
+
+def test_kill_9_then_resume_gives_the_same_reports_as_a_clean_run(gate):
+    """A run killed while scoring leaves its journal and its lock: the next run takes the lock over and, with
+    --resume, scores only what was not journaled; its reports are byte-identical to an uninterrupted run's."""
+    env = _clean_run(gate)
+    total = _scored_rows(gate.path / "clean.count")
+    killed = _slow_run_until_journaled(gate, env, "resumed", 80, subprocess.DEVNULL)
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert not (gate.path / "resumed" / "summary.json").exists()
@@ -99,6 +112,30 @@ def test_kill_9_then_resume_gives_the_same_reports_as_a_clean_run(gate):
     assert 0 < rescored <= total - 64  # the journaled chunks were reused, not scored again
     for name in ("predictions.jsonl.gz", "summary.json"):
         assert (gate.path / "clean" / name).read_bytes() == (gate.path / "resumed" / name).read_bytes(), name
+
+
+def test_sigterm_stops_the_run_as_ctrl_c_does_and_resume_finishes_it(gate):
+    """SIGTERM mid-run (a CI system cancelling the job): an incomplete report, the lock released, the journal kept,
+    a line saying so; --resume then finishes with the uninterrupted run's bytes."""
+    env = _clean_run(gate)
+    stopped = _slow_run_until_journaled(gate, env, "stopped", 40, subprocess.PIPE)
+    started = time.time()
+    stopped.send_signal(signal.SIGTERM)
+    out = stopped.communicate(timeout=120)[0].decode()
+    assert time.time() - started < 30
+    assert stopped.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+    assert "INCOMPLETE RUN: the run ended with exit status 2 (INTERRUPTED)" in out
+    assert not (gate.path / "stopped" / ".laya-robustness.lock").exists()
+    meta = json.loads((gate.path / "stopped" / "summary.json").read_text())["meta"]
+    assert meta["complete"] is False and list((gate.path / "stopped" / "journal").glob("*.jsonl"))
+
+    env.pop("LAYA_SLOW")
+    env.update(LAYA_COUNT_FILE=str(gate.path / "resumed.count"))
+    resumed = subprocess.run(_gate_command(gate, "--report-dir", "stopped", "--batch-size", "2", "--resume"),
+                             cwd=gate.path, env=env, capture_output=True)
+    assert resumed.returncode == 0, resumed.stdout.decode()[-3000:]
+    for name in ("predictions.jsonl.gz", "summary.json"):
+        assert (gate.path / "clean" / name).read_bytes() == (gate.path / "stopped" / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("content, words", [

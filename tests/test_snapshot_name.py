@@ -41,3 +41,27 @@ def test_every_changed_setting_is_named_in_order():
 @pytest.mark.parametrize(("device", "kind"), [("cpu", "cpu"), ("cuda", "gpu"), ("cuda:3", "gpu"), ("mps", "mps")])
 def test_devices_are_named_by_kind(device, kind):
     assert device_kind(device) == kind
+
+
+def test_another_scorer_is_named_first():
+    """A served model answers in text: its numbers differ from an in-process scorer's by construction."""
+    assert scoring_label(SimpleNamespace(**{**vars(settings()), "scorer": "openai"}), "cpu") == ".openai"
+    assert scoring_label(SimpleNamespace(**{**vars(settings(scoring_path="predict")), "scorer": "pkg.mod:make"}),
+                         "cpu") == ".pkg_mod_make-predict"
+
+
+def test_what_moved_names_the_fingerprints_then_each_headline_against_its_interval():
+    from laya_robustness.pytest_plugin.snapshot import snapshot_changes
+
+    cell = {"acc": 0.8, "acc_ci": [0.7, 0.9], "delta": -0.1, "delta_ci": [-0.2, 0.0], "flip": 0.1,
+            "flip_ci": [0.05, 0.15]}
+    before = {"fingerprints": {"weights": "aaaa1111", "rows": "bbbb2222"},
+              "families": {"text": {"a": dict(cell)}}}
+    after = {"fingerprints": {"weights": "cccc3333", "rows": "bbbb2222"},
+             "families": {"text": {"a": {**cell, "acc": 0.85, "flip": 0.3}}}}
+    assert snapshot_changes(before, after) == [
+        "the weights: fingerprint aaaa1111 -> cccc3333",
+        "text/a acc: 0.8000 -> 0.8500 (within its 95% interval [0.7000, 0.9000])",
+        "text/a flip: 0.1000 -> 0.3000 (BEYOND its 95% interval [0.0500, 0.1500])",
+    ]
+    assert snapshot_changes(before, before) == []

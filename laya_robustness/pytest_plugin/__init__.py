@@ -62,11 +62,29 @@ def pytest_configure(config: pytest.Config) -> None:
             import torch
 
             torch.set_num_threads(threads)
+    _terminate_as_interrupt(config)
     session = config.stash[SESSION_KEY] = RobustnessSession(config)
     if session.settings.keep_freed_memory:
         from laya_robustness.scoring.malloc import keep_freed_memory
 
         session.run.kept_freed_memory = keep_freed_memory()
+
+
+def _terminate_as_interrupt(config: pytest.Config) -> None:
+    """SIGTERM (what a CI system sends to cancel a job) stops the run as Ctrl-C does: the tests stop, the journal
+    keeps what was scored, the reports say the run is incomplete and the report folder's lock is released.
+    Restored when pytest unconfigures."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("terminated (SIGTERM): stopped as Ctrl-C stops a run")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    config.add_cleanup(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -36,8 +36,9 @@ class UsageError(ValueError):
         """The same error as ``run_gate`` reports it: arguments (``rows_per_set=2``) instead of flags
         (``--rows-per-set 2``).
 
-        >>> str(UsageError("--seed: 'abc' is not an integer", "--seed", "--seed 0").for_arguments())
-        "seed: 'abc' is not an integer\n  pass instead, e.g.: run_gate(seed=0)"
+        >>> print(UsageError("--seed: 'abc' is not an integer", "--seed", "--seed 0").for_arguments())
+        seed: 'abc' is not an integer
+          pass instead, e.g.: run_gate(seed=0)
         """
         message = _as_arguments(self.message) if self.option else self.message
         extra = f"\n  pass instead, e.g.: run_gate({_call_arguments(self.instead)})" if self.instead else \

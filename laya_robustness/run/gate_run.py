@@ -31,7 +31,7 @@ from laya_robustness.run.models import identity_key
 from laya_robustness.run.scorers import RunScorers, served_without_dual
 from laya_robustness.run.scoring import score_journaled, scoring_chunks
 from laya_robustness.run.variants import VariantImages, family_variants
-from laya_robustness.scoring.base import answers_in_text
+from laya_robustness.scoring.base import capabilities
 from laya_robustness.scoring.malloc import give_back_freed_memory
 from laya_robustness.summary import CellCache, family_cell, summarize
 
@@ -146,8 +146,10 @@ class GateRun:
         return self.caption_rows if get_family(family).source == "captions" else self.rows
 
     def validate_inputs(self) -> None:
-        """Read the rows and the limits now: their errors are usage errors before any work starts."""
+        """Read the rows, the limits and the --baseline now: their errors are usage errors before any work starts."""
         self.thresholds  # noqa: B018  (reads the rows too)
+        if self.settings.baseline is not None:
+            self.inputs.baseline_records  # noqa: B018
 
     # -- the report folder ----------------------------------------------------------------------
 
@@ -221,7 +223,7 @@ class GateRun:
         rows = self.family_rows(family, dataset)
         progress = self.progress(device, f"{family}/{dataset}", len(rows))
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
-                                per_row=answers_in_text(scorer))
+                                per_row=scorer is not None and capabilities(scorer).answers_in_text)
         variant_images = VariantImages(rows, self.inputs.images, executor)
         let_go = 0  # decoded bytes of the images let go since freed memory was last given back
 

@@ -155,6 +155,18 @@ class RunInputs:
         self._caption_rows: dict | None = None
         self._thresholds = None
         self._baseline: list | None = None
+        self._failed: dict[str, UsageError] = {}  # what could not be read: raised again, not read again
+
+    def _once(self, name: str, read):
+        """``read()``'s value, or its UsageError, raised again on every later call without reading the file again
+        (collection asks for the rows once per parametrised test)."""
+        if name in self._failed:
+            raise self._failed[name]
+        try:
+            return read()
+        except UsageError as exc:
+            self._failed[name] = exc
+            raise
 
     @property
     def spec(self) -> InputSpec:
@@ -169,18 +181,21 @@ class RunInputs:
         """Sampled source rows by dataset, their images waiting in ``images`` (``rows_with_pixels`` gives them
         their pixels)."""
         if self._rows is None:
-            spec = self.spec
-            try:
-                rows = source_rows(spec, self.images)
-            except (RowError, FileNotFoundError) as exc:
-                raise bad_input("--data", exc) from exc
-            try:
-                self._rows = with_user_variants(rows, spec)
-            except (RowError, FileNotFoundError) as exc:
-                bad = str(getattr(exc, "path", None) or getattr(exc, "filename", None))  # the file it names
-                translations = spec.rephrasings is None or bad == str(spec.translations)
-                raise bad_input("--translations" if translations else "--rephrasings", exc) from exc
+            self._rows = self._once("rows", self._read_rows)
         return self._rows
+
+    def _read_rows(self) -> dict[str, list[Row]]:
+        spec = self.spec
+        try:
+            rows = source_rows(spec, self.images)
+        except (RowError, FileNotFoundError) as exc:
+            raise bad_input("--data", exc) from exc
+        try:
+            return with_user_variants(rows, spec)
+        except (RowError, FileNotFoundError) as exc:
+            bad = str(getattr(exc, "path", None) or getattr(exc, "filename", None))  # the file it names
+            translations = spec.rephrasings is None or bad == str(spec.translations)
+            raise bad_input("--translations" if translations else "--rephrasings", exc) from exc
 
     @property
     def datasets(self) -> list[str]:
@@ -190,11 +205,14 @@ class RunInputs:
     def caption_rows(self) -> dict[str, list[Row]]:
         """Caption rows by dataset (when a caption family is selected and a dual encoder is there), else {}."""
         if self._caption_rows is None:
-            try:
-                self._caption_rows = caption_rows(self.spec)
-            except (RowError, FileNotFoundError) as exc:
-                raise bad_input("--captions", exc) from exc
+            self._caption_rows = self._once("captions", self._read_captions)
         return self._caption_rows
+
+    def _read_captions(self) -> dict[str, list[Row]]:
+        try:
+            return caption_rows(self.spec)
+        except (RowError, FileNotFoundError) as exc:
+            raise bad_input("--captions", exc) from exc
 
     @property
     def thresholds(self):
@@ -204,12 +222,15 @@ class RunInputs:
             from laya_robustness.gate.thresholds import ThresholdsError
             from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
 
-            try:
-                self._thresholds = run_limits(self.settings.thresholds, datasets=[*self.rows, *self.caption_rows],
-                                              conditions=INVARIANCE_CONDITIONS, limitations=self.settings.limitations)
-            except ThresholdsError as exc:
-                raise UsageError(str(exc), "--thresholds", hint="edit that key of the file (the checks and their "
-                                 "ranges: docs/verdicts.md; the fixes: docs/errors.md)") from exc
+            def read():
+                try:
+                    return run_limits(self.settings.thresholds, datasets=[*self.rows, *self.caption_rows],
+                                      conditions=INVARIANCE_CONDITIONS, limitations=self.settings.limitations)
+                except ThresholdsError as exc:
+                    raise UsageError(str(exc), "--thresholds", hint="edit that key of the file (the checks and "
+                                     "their ranges: docs/verdicts.md; the fixes: docs/errors.md)") from exc
+
+            self._thresholds = self._once("thresholds", read)
         return self._thresholds
 
     @property
@@ -222,6 +243,9 @@ class RunInputs:
                 self._baseline = read_predictions(self.settings.baseline)
             except (PredictionError, OSError) as exc:
                 raise bad_input("--baseline", exc) from exc
+            if not self._baseline:
+                raise bad_input("--baseline", f"{self.settings.baseline} holds no prediction record (an earlier run's "
+                                "predictions.jsonl.gz holds one per scored row)")
         return self._baseline
 
 

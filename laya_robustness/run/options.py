@@ -410,6 +410,9 @@ def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = Non
         values[name] = None if values[name] == "none" else resolve(values[name])
     journal = values.pop("journal")
     values["journal"] = None if journal == "auto" else resolve(journal)
+    if values["journal"] is not None and _inside(values["journal"], data):
+        raise bad_value("--journal", f"{values['journal']} is inside --data {data}: --resume would read its files as "
+                        "rows", "--journal reports/journal")
     baseline = values.pop("baseline")
     values["baseline"] = None if baseline == "none" else resolve(baseline)
     return Settings(
@@ -419,6 +422,17 @@ def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = Non
         thresholds=resolve(values.pop("thresholds")), report_dir=resolve(values.pop("report_dir")),
         **values,
     )
+
+
+def _inside(path: Path, data: Path) -> bool:
+    """Whether ``path`` is the folder of rows ``data`` or lies under it (where every file is read as rows)."""
+    if not data.is_dir():
+        return False
+    try:
+        path.resolve().relative_to(data.resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def resolved(root: Path, text: str) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from laya_robustness.run.errors import HarnessError, stops_run
+from laya_robustness.scoring.base import capabilities
 from laya_robustness.run.models import (
     DUAL_ENCODER_TYPES,
     expected_weights,
@@ -153,7 +154,7 @@ class RunScorers:
         """The counters (``stats``) of this process's scorers by identity key, plus what the xdist workers sent."""
         out = {key: dict(counts) for key, counts in self.worker_stats.items()}
         for key, scorer in self._scorers.items():
-            for name, value in getattr(scorer, "stats", {}).items():
+            for name, value in (scorer.stats if capabilities(scorer).stats else {}).items():
                 out.setdefault(key, {})[name] = out.get(key, {}).get(name, 0) + value
         return out
 
@@ -248,7 +249,7 @@ class RunScorers:
             expected["captions"] = expected_weights(self.dual_model, "hf")
         gpus = device.startswith("cuda")
         return RayActorPool(loads, on, self.cluster.actor_count(s.ray_actors, gpus), gpus,
-                            f"the Ray actors at {s.ray_address}", expected)
+                            f"the Ray actors at {s.ray_address}", expected, self.cluster)
 
     def executor_meta(self, device: str) -> dict | None:
         """Where the scoring of ``device`` ran, for the reports' meta: None when in this process (the executor

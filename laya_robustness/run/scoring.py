@@ -22,7 +22,7 @@ from laya_robustness.records import OPEN, UNPARSED_ANSWER, Record
 from laya_robustness.rows import Row
 from laya_robustness.run.images import rows_with_pixels
 from laya_robustness.run.journal import Journal, row_key
-from laya_robustness.scoring.base import Answer, answers_in_text
+from laya_robustness.scoring.base import Answer, capabilities
 
 #: Batches of the batch path per scoring chunk (the unit that is journaled, and that the progress bar counts).
 CHUNK_BATCHES = 16
@@ -97,11 +97,10 @@ class Scoring:
 
     def answers(self, rows: Sequence[Row]) -> list[str]:
         """The generated answers of open-answer rows (the scorer's greedy ``generate``)."""
-        generate = getattr(self.scorer, "generate", None)
-        if generate is None:
+        if not capabilities(self.scorer).generates:
             raise TypeError(f"{type(self.scorer).__name__} cannot generate: open-answer rows need a scorer "
                             "with generate(rows, max_new_tokens)")
-        return list(generate(rows, max_new_tokens=self.max_new_tokens))
+        return list(self.scorer.generate(rows, max_new_tokens=self.max_new_tokens))
 
     def records(self, rows: Sequence[Row]) -> list[dict]:
         """One prediction record per row, in order: logits (4 d.p.), calibrated probs (5 d.p.) and argmax of
@@ -109,7 +108,7 @@ class Scoring:
         out: list = [None] * len(rows)
         closed = [i for i, r in enumerate(rows) if r.primitive != OPEN]
         opened = [i for i, r in enumerate(rows) if r.primitive == OPEN]
-        if closed and answers_in_text(self.scorer):
+        if closed and capabilities(self.scorer).answers_in_text:
             for i, answer in zip(closed, self.scorer.answers([rows[i] for i in closed]), strict=True):
                 out[i] = answer_record(rows[i], answer, self.temperatures)
         elif closed:

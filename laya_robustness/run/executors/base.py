@@ -8,6 +8,7 @@ from typing import Iterable, Iterator, Protocol, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
+from laya_robustness.scoring.base import capabilities
 
 
 class Executor(Protocol):
@@ -22,6 +23,5 @@ class Executor(Protocol):
 
 def forget_images(scorer, digests: Iterable[str]) -> None:
     """Tell ``scorer`` to forget these images where it can (``forget_images``: a scorer that keeps none has none)."""
-    forget = getattr(scorer, "forget_images", None)
-    if forget is not None:
-        forget(list(digests))
+    if capabilities(scorer).forget_images:
+        scorer.forget_images(list(digests))

@@ -12,7 +12,7 @@ from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.executors.base import forget_images
 from laya_robustness.run.scoring import Scoring
-from laya_robustness.scoring.base import answers_in_text
+from laya_robustness.scoring.base import capabilities
 
 
 class LocalExecutor:
@@ -69,8 +69,8 @@ class ConcurrentExecutor:
 
 def executor_for(scoring: Scoring):
     """The executor of a scoring: concurrent requests for a served model, else this process, chunk by chunk."""
-    if answers_in_text(scoring.scorer):
-        return ConcurrentExecutor(scoring, scoring.scorer.concurrency)
+    if capabilities(scoring.scorer).answers_in_text:
+        return ConcurrentExecutor(scoring, capabilities(scoring.scorer).concurrency)
     return LocalExecutor(scoring)
 
 

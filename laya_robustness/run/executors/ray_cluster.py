@@ -64,24 +64,72 @@ def head_endpoint(address: str) -> tuple[str, int] | None:
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Raise ClusterUnreachable naming ``address`` unless its head accepts a connection within ``timeout_s``."""
+    """Raise ClusterUnreachable naming ``address`` unless its head accepts a connection and answers as a Ray head
+    (its GCS, or for ``ray://`` its client server) within ``timeout_s``: a port that accepts TCP but is no Ray head
+    would otherwise leave Ray's own connect retrying for minutes."""
     endpoint = head_endpoint(address)
     if endpoint is None:
         return
+    host, port = endpoint
     try:
         socket.create_connection(endpoint, timeout=timeout_s).close()
     except OSError as exc:
-        host, port = endpoint
         raise ClusterUnreachable(f"no Ray cluster answers at --ray-address {address} ({host}:{port}: {exc}); start "
                                  "one with `ray start --head` or give the head's address") from None
+    why = head_silent(f"{host}:{port}", address.startswith(CLIENT_PREFIX), timeout_s)
+    if why:
+        raise ClusterUnreachable(f"--ray-address {address}: {host}:{port} accepts connections but is no Ray head "
+                                 f"({why}); give the head's GCS port (6379 by default) or ray://host:10001")
+
+
+def head_silent(endpoint: str, client: bool, timeout_s: float) -> str | None:
+    """Why the Ray head at ``endpoint`` ("host:port") does not answer within ``timeout_s``, or None when it does: one
+    gRPC call to its GCS (its cluster id) or, for a Ray Client server (``client``), a ping. A head that asks for
+    an authentication token answers too (it is a Ray head)."""
+    import grpc
+
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        if client:
+            from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+
+            ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(
+                ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING), timeout=timeout_s)
+        else:
+            from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(gcs_service_pb2.GetClusterIdRequest(),
+                                                                             timeout=timeout_s)
+    except grpc.RpcError as exc:
+        if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return None
+        return f"{exc.code().name}: {(exc.details() or '').splitlines()[0][:160]}"
+    finally:
+        channel.close()
+    return None
+
+
+class ClusterLost(HarnessError):
+    """The Ray cluster's head stopped answering while the run was using it (exit 3): the run stops, keeping what
+    it journaled."""
+
+    def __init__(self, message: str):
+        super().__init__(message, stops_run=True)
+
+
+#: How long the head may stay silent (checked after every second without a result) before the cluster is lost.
+LOST_AFTER_S = 6.0
 
 
 @dataclass
 class Cluster:
-    """The Ray cluster this run scores on; ``owned``: this run connected to it (and disconnects at the end)."""
+    """The Ray cluster this run scores on; ``owned``: this run connected to it (and disconnects at the end);
+    ``lost``: its head stopped answering (nothing more is asked of it, not even to stop the actors)."""
 
     address: str
     owned: bool
+    lost: bool = False
+    _silent_since: float | None = None
 
     def resources(self) -> dict[str, float]:
         """The cluster's total logical resources (``CPU``, ``GPU``, ...)."""
@@ -101,8 +149,36 @@ class Cluster:
                                f"{kind}s and each actor takes one")
         return count
 
+    def head(self) -> tuple[str, bool]:
+        """("host:port" of the head's GCS or Ray Client server, whether it is a client server)."""
+        import ray
+
+        if self.address.startswith(CLIENT_PREFIX):
+            return self.address.removeprefix(CLIENT_PREFIX), True
+        return ray.get_runtime_context().gcs_address, False
+
+    def check_alive(self) -> None:
+        """Raise ClusterLost naming the address once the head has not answered for ``LOST_AFTER_S`` seconds (each
+        check waits 2 s at most); a head that answers again resets the clock."""
+        import time
+
+        endpoint, client = self.head()
+        why = head_silent(endpoint, client, 2.0)
+        if why is None:
+            self._silent_since = None
+            return
+        now = time.monotonic()
+        self._silent_since = self._silent_since or now
+        if now - self._silent_since >= LOST_AFTER_S:
+            self.lost = True
+            raise ClusterLost(f"lost the Ray cluster at --ray-address {self.address}: its head ({endpoint}) has not "
+                              f"answered for {LOST_AFTER_S:.0f} s ({why}); what was scored is journaled: rerun with "
+                              "--resume once the cluster is back (or with --executor local)")
+
     def close(self) -> None:
         """Disconnect (a ``local`` cluster stops with it); a connection made before the run is left open."""
+        if self.lost:
+            return
         if self.owned:
             import ray
 

@@ -23,6 +23,7 @@ from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.executors.ray_actor import ScoringActor
+from laya_robustness.run.executors.ray_cluster import ClusterLost
 from laya_robustness.run.scoring import Scoring
 
 #: Shards in flight per actor.
@@ -31,6 +32,8 @@ PIPELINE = 2
 MAX_ATTEMPTS = 3
 #: Waiting shards per actor a free actor chooses among.
 LOOKAHEAD = 8
+#: Seconds a wait for results lasts before the cluster's head is checked (a lost head is found in seconds).
+WAIT_S = 1.0
 
 
 @dataclass
@@ -67,10 +70,10 @@ class RayActorPool:
     ``device``, one GPU each when ``gpus``, else one CPU; ``label`` names the pool in errors."""
 
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str, n_actors: int, gpus: bool,
-                 label: str, expected: Mapping[str, dict | None] | None = None):
+                 label: str, expected: Mapping[str, dict | None] | None = None, cluster=None):
         import ray
 
-        self.label, self.device, self.replaced = label, device, 0
+        self.label, self.device, self.replaced, self.cluster = label, device, 0, cluster
         self.expected = dict(expected or {})  # source -> the weights' sha256 this machine found (None: unknown)
         options = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_restarts": 0, "max_task_retries": 0}
         self._actor_class = ray.remote(**options)(ScoringActor)
@@ -87,11 +90,25 @@ class RayActorPool:
         actor = self._actor_class.remote(self._loads, self.device)
         return Slot(number, actor, actor.prepare.remote(self.sources))
 
-    def _wait_ready(self, slot: Slot) -> None:
+    def _alive(self) -> None:
+        """ClusterLost once the cluster's head stops answering (``ray_cluster.Cluster.check_alive``)."""
+        if self.cluster is not None:
+            self.cluster.check_alive()
+
+    def get(self, ref):
+        """``ray.get(ref)``, checking every second it waits that the cluster's head still answers: a lost head is
+        ClusterLost in seconds (Ray itself would end the process after a minute)."""
         import ray
 
+        while not ray.wait([ref], timeout=WAIT_S)[0]:
+            self._alive()
+        return ray.get(ref)
+
+    def _wait_ready(self, slot: Slot) -> None:
         try:
-            slot.where = ray.get(slot.ready)
+            slot.where = self.get(slot.ready)
+        except ClusterLost:
+            raise
         except Exception as exc:  # a scorer failed to load on the actor (or the actor could not start)
             raise HarnessError(f"{self.label}: a Ray actor could not load the scorer: {_load_error(exc)}") from None
         slot.ready = None
@@ -149,6 +166,8 @@ class RayActorPool:
     def close(self) -> None:
         import ray
 
+        if self.cluster is not None and self.cluster.lost:
+            return  # nothing to ask of a head that is gone
         for slot in self.slots:
             ray.kill(slot.actor, no_restart=True)
 
@@ -173,7 +192,11 @@ class RayActorPool:
                 self._dispatch(waiting, running)
                 if not running:
                     return
-                [ref], _ = ray.wait(list(running), num_returns=1)
+                done, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
+                if not done:
+                    self._alive()
+                    continue
+                [ref] = done
                 slot, actor, shard = running.pop(ref)
                 if shard is None:  # a replacement actor finished loading
                     self._wait_ready(slot)
@@ -188,7 +211,8 @@ class RayActorPool:
                 slot.in_flight -= 1
                 yield shard.index, result
         finally:  # stopped early: the shards still queued are not scored (an actor that is loading goes on)
-            for ref, (_, _, shard) in running.items():
+            lost = self.cluster is not None and self.cluster.lost
+            for ref, (_, _, shard) in [] if lost else running.items():
                 if shard is not None:
                     ray.cancel(ref)
 
@@ -282,11 +306,11 @@ class RemoteInvariance:
         self.batch_size, self.temperatures = batch_size, temperatures
 
     def run(self, condition: str) -> dict:
-        import ray
-
         actor = self.pool.slots[0].actor
         try:
-            return ray.get(actor.invariance.remote(self.source, condition, self.rows, self.batch_size,
-                                                   self.temperatures))
+            return self.pool.get(actor.invariance.remote(self.source, condition, self.rows, self.batch_size,
+                                                          self.temperatures))
+        except ClusterLost:
+            raise
         except Exception as exc:
             raise _cause(exc) from None
