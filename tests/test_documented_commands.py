@@ -26,6 +26,7 @@ machine lacks (a GPU, eight of them) by what it has (``PLACEHOLDERS``); a ``vari
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -134,7 +135,8 @@ def test_an_install_step_is_one_ci_takes_from_scratch(page, command):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     """A copy of the gate (its tests, limits and snapshots) with the embedded fixtures linked in, the reports
-    of a small run of it under ``reports/``, and its predictions under ``old/``, ``a/`` and ``b/``."""
+    of a small run of it under ``reports/`` (and copied to ``robustness/checkpoint-2/`` and ``-4/``), and its
+    predictions under ``old/``, ``a/`` and ``b/``."""
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(ROOT / "robustness_tests", root / "robustness_tests",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -149,6 +151,9 @@ def project(tmp_path_factory) -> Path:
     for other in ("old", "a", "b"):  # an earlier release and two models, as the pages name them: copies of it
         (root / other).mkdir()
         shutil.copy(root / "reports" / "predictions.jsonl.gz", root / other / "predictions.jsonl.gz")
+    for step in (2, 4):  # the Trainer callback's reports at two evaluations, as the training page names them
+        shutil.copytree(root / "reports", root / "robustness" / f"checkpoint-{step}",
+                        ignore=shutil.ignore_patterns("journal"))
     return root
 
 
@@ -178,6 +183,7 @@ def _run_cli(command: str, causal_lm: Path, tmp_path: Path) -> int:
     from laya_robustness.__main__ import main
 
     args = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(_substituted(command))[3:]]
+    args = [match for a in args for match in (sorted(glob.glob(a)) or [a])]  # a shell's pattern expansion
     if args[0] == "variants":
         args = [str(causal_lm) if a == "Qwen/Qwen3-8B" else a for a in args] + ["--rows-per-set", "1"]
     return main(args)

@@ -76,10 +76,10 @@ def test_what_is_held_decoded_does_not_grow_with_the_rows_and_letting_go_changes
 
 GIVE_BACK_CENSUS = """
 import os
-from laya_robustness.run import gate_run
+from laya_robustness.run import variants
 
 calls = []
-real = gate_run.give_back_freed_memory
+real = variants.give_back_freed_memory
 
 
 def counted():
@@ -87,7 +87,7 @@ def counted():
     return real()
 
 
-gate_run.give_back_freed_memory = counted
+variants.give_back_freed_memory = counted
 
 
 def pytest_unconfigure(config):

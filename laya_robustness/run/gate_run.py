@@ -32,7 +32,6 @@ from laya_robustness.run.scorers import RunScorers, served_without_dual
 from laya_robustness.run.scoring import score_journaled, scoring_chunks
 from laya_robustness.run.variants import VariantImages, family_variants
 from laya_robustness.scoring.base import capabilities
-from laya_robustness.scoring.malloc import give_back_freed_memory
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 
@@ -204,11 +203,9 @@ class GateRun:
         key = identity_key(device, source)
         if key not in self._journals:
             identity, s = self.models.identity(device, source), self.settings
-            settings = {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
-                        "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
-                        "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
             self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, self.worker,
-                                               identity, settings, resume=s.resume, run=self.run_identity.token)
+                                               identity, journaled_settings(s, source), resume=s.resume,
+                                               run=self.run_identity.token)
         return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
@@ -224,26 +221,15 @@ class GateRun:
         progress = self.progress(device, f"{family}/{dataset}", len(rows))
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
                                 per_row=scorer is not None and capabilities(scorer).answers_in_text)
-        variant_images = VariantImages(rows, self.inputs.images, executor)
-        let_go = 0  # decoded bytes of the images let go since freed memory was last given back
-
-        def chunk_done(done_rows: list) -> None:
-            nonlocal let_go
-            let_go += variant_images.done(done_rows)
-            if self.kept_freed_memory and let_go > self.inputs.images.max_bytes // 2:  # see scoring.malloc
-                give_back_freed_memory()
-                let_go = 0
-
+        variant_images = VariantImages(rows, self.inputs.images, executor, give_back=self.kept_freed_memory)
         try:
-            cell = score_journaled(executor, journal, rows, chunks, progress.update, chunk_done)
+            cell = score_journaled(executor, journal, rows, chunks, progress.update, variant_images.done)
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {self.model_name!r} "
                                        f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
         finally:
             progress.close()
             variant_images.all_done()
-            if self.kept_freed_memory:
-                give_back_freed_memory()
         store = self.records.setdefault(device, {})
         for rec in cell:
             store[rec.row_id] = rec
@@ -316,21 +302,13 @@ class GateRun:
         """The stats of one invariance condition of the ``source`` model on ``device`` (references computed
         once per process). The dual encoder is checked on caption rows, under the conditions it can take."""
         models = self.models
-        if source == "rows" and models.model_is_dual:
-            raise Skipped("--model is a dual encoder: its invariance conditions run in test_dual_invariance")
-        if source == "captions" and models.dual_model is None:
-            raise Skipped(served_without_dual("test_dual_invariance") if models.served else
-                          "no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
-        if source == "captions" and condition not in DUAL_CONDITIONS:
-            raise Skipped(f"{condition} needs rows with several or no images, which a dual encoder does not score")
+        reason = invariance_skip_reason(models, condition, source)
+        if reason:
+            raise Skipped(reason)
         key = identity_key(device, source)
         if key not in self._invariance:
-            n = self.settings.invariance_rows
-            rows_by_dataset = self.caption_rows if source == "captions" else self.rows
-            rows = rows_with_pixels([r for name in rows_by_dataset for r in rows_by_dataset[name][:n]])
-            if not rows:
-                what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
-                raise Skipped(f"no {what} to score {condition} on")
+            rows = _invariance_rows(self.caption_rows if source == "captions" else self.rows,
+                                    self.settings.invariance_rows, condition, source)
             self._invariance[key] = models.invariance_run(device, source, rows, self.settings.batch_size,
                                                           self.settings.temperatures)
         try:
@@ -378,11 +356,7 @@ class GateRun:
 
     def check_regression(self, family: str, device: str) -> RegressionCheck:
         """The family, over all its datasets, against the --baseline: its regression limits and the McNemar tests."""
-        if self.settings.baseline is None:
-            raise Skipped("no --baseline to compare with")
-        if family != ORIG and family not in self.families:
-            raise Skipped(f"{family} is not in --families ({','.join(self.families)})")
-        reason = None if family == ORIG else self.models.skip_reason(family)
+        reason = regression_skip_reason(self, family)
         if reason:
             raise Skipped(reason)
         datasets = [d for f, d in self.run_cells() if f == family]
@@ -390,13 +364,7 @@ class GateRun:
         records = [r for d in datasets for r in self.family_records(family, d, device)]
         summary = summarize(records, seed=self.seed, baseline=self.inputs.baseline_records, cache=self.cells)
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
-        if not cell:
-            raise Skipped(f"the baseline has none of this run's {family} rows")
-        limits = regression_limits(self.thresholds.gate, family, cell)
-        if not limits and not cell["n_groups"]:
-            raise Skipped(f"no {family} row has a right answer (a caption has none): its accuracy cannot regress")
-        if not limits:
-            raise Skipped(f"the limits set no [gate] regression limit that applies to {family}")
+        limits = _regression_limits(self.thresholds.gate, family, cell)
         judge = Judgement(lambda check: self.thresholds.gate.judge, self.thresholds.gate.alpha_each(self.n_interval_checks))
         results = evaluate_cell(family, ALL, cell, limits, judge)
         self.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
@@ -419,3 +387,54 @@ class GateRun:
         if self._summary_cache.get(device, (None,))[0] != key:
             self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self.cells))
         return self._summary_cache[device][1]
+
+
+def journaled_settings(s, source: str) -> dict:
+    """The settings a journal is written under (``settings``: ``run.options.Settings``): --resume reuses it only
+    under the same."""
+    return {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
+            "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
+            "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
+
+
+def invariance_skip_reason(models: RunScorers, condition: str, source: str) -> str | None:
+    """Why an invariance condition of the ``source`` model ("rows" or "captions") does not run, or None."""
+    if source == "rows" and models.model_is_dual:
+        return "--model is a dual encoder: its invariance conditions run in test_dual_invariance"
+    if source == "captions" and models.dual_model is None:
+        return (served_without_dual("test_dual_invariance") if models.served else
+                "no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
+    if source == "captions" and condition not in DUAL_CONDITIONS:
+        return f"{condition} needs rows with several or no images, which a dual encoder does not score"
+    return None
+
+
+def _invariance_rows(rows_by_dataset: dict, n: int, condition: str, source: str) -> list:
+    """The first ``n`` rows with pixels of each dataset, which the invariance conditions score; Skipped when none."""
+    rows = rows_with_pixels([r for name in rows_by_dataset for r in rows_by_dataset[name][:n]])
+    if not rows:
+        what = "caption rows (no lgip family is selected)" if source == "captions" else "rows"
+        raise Skipped(f"no {what} to score {condition} on")
+    return rows
+
+
+def regression_skip_reason(run: GateRun, family: str) -> str | None:
+    """Why ``family`` is not compared with the --baseline in ``run``, or None."""
+    if run.settings.baseline is None:
+        return "no --baseline to compare with"
+    if family != ORIG and family not in run.families:
+        return f"{family} is not in --families ({','.join(run.families)})"
+    return None if family == ORIG else run.models.skip_reason(family)
+
+
+def _regression_limits(gate, family: str, cell: dict | None) -> list:
+    """The [gate] regression limits that apply to ``family``'s paired comparison ``cell``; Skipped saying why
+    when there is none to judge."""
+    if not cell:
+        raise Skipped(f"the baseline has none of this run's {family} rows")
+    limits = regression_limits(gate, family, cell)
+    if not limits and not cell["n_groups"]:
+        raise Skipped(f"no {family} row has a right answer (a caption has none): its accuracy cannot regress")
+    if not limits:
+        raise Skipped(f"the limits set no [gate] regression limit that applies to {family}")
+    return limits

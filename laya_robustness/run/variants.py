@@ -27,6 +27,7 @@ from typing import Sequence
 from laya_robustness.families import BUILD_THREADS, build_variants, get_family
 from laya_robustness.rows import PendingImage, Row, image_digest
 from laya_robustness.run.images import ImageSource, ImageStore, decoded_bytes, streamed_map
+from laya_robustness.scoring.malloc import give_back_freed_memory
 
 #: Source rows of a pixel family under way at once on the build threads (their variants held until stored).
 BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
@@ -90,13 +91,17 @@ class VariantImages:
     journal): the store forgets it, and so does ``holder`` where it can (``forget_images``: the scorer's pixels,
     vision features and prompt prefix; on Ray, the executor tells its actors' scorers). An image whose rows span
     two chunks stays until the second, so it is neither rebuilt nor encoded again, and what the run holds of
-    variant images does not grow with the rows."""
+    variant images does not grow with the rows.
 
-    def __init__(self, rows: Sequence[Row], store: ImageStore, holder=None):
-        self.store, self.holder = store, holder
+    ``give_back``: malloc keeps freed memory (``scoring.malloc``): it is given back once the images let go since the
+    last time hold half the store's budget, and when the cell is over."""
+
+    def __init__(self, rows: Sequence[Row], store: ImageStore, holder=None, give_back: bool = False):
+        self.store, self.holder, self.give_back = store, holder, give_back
         self.waiting = Counter(digest for row in rows for digest in variant_digests(row))
         self.sizes = {im.digest: decoded_bytes(im.mode, im.size) for row in rows for im in row.images
                       if isinstance(im, PendingImage) and im.digest in self.waiting}
+        self.let_go = 0  # decoded bytes of the images let go since freed memory was last given back
 
     def done(self, rows: Sequence[Row]) -> int:
         """``rows`` are done: let go of the images no row still waits for; their decoded bytes."""
@@ -108,12 +113,19 @@ class VariantImages:
                     del self.waiting[digest]
                     gone.append(digest)
         self._forget(gone)
-        return sum(self.sizes.pop(digest) for digest in gone)
+        freed = sum(self.sizes.pop(digest) for digest in gone)
+        self.let_go += freed
+        if self.give_back and self.let_go > self.store.max_bytes // 2:
+            give_back_freed_memory()
+            self.let_go = 0
+        return freed
 
     def all_done(self) -> None:
-        """The cell is over (finished or stopped): let go of every image still held."""
+        """The cell is over (finished or stopped): let go of every image still held (and give the memory back)."""
         gone, self.waiting = list(self.waiting), Counter()
         self._forget(gone)
+        if self.give_back:
+            give_back_freed_memory()
 
     def _forget(self, digests: list[str]) -> None:
         if not digests:
