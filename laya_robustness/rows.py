@@ -137,6 +137,13 @@ class PendingImage:
         remember_digest(image, self.digest)
         return image
 
+    def __reduce__(self):
+        """Pickled (sent to a Ray actor) as it is where its source can travel (a ``portable`` source makes its
+        pixels again where it lands: ``run.images``), else as its pixels."""
+        if getattr(self.source, "portable", False):
+            return PendingImage, (self.digest, self.mode, self.size, self.source)
+        return _as_is, (self.load(),)
+
     def __getattr__(self, name: str):
         raise AttributeError(f"{name!r}: a PendingImage ({self.mode} {self.size[0]}x{self.size[1]}) holds no "
                              "pixels; give the row its pixels first (rows.with_pixels), or declare the family "
@@ -144,6 +151,10 @@ class PendingImage:
 
     def __repr__(self) -> str:
         return f"PendingImage({self.digest[:12]}, {self.mode}, {self.size[0]}x{self.size[1]})"
+
+
+def _as_is(image: Image.Image) -> Image.Image:
+    return image
 
 
 def with_pixels(row: Row) -> Row:

@@ -181,3 +181,21 @@ def slow_scoring(per_row: float, calls_file: str = ""):
     if calls_file:
         os.environ["LAYA_CALLS_FILE"] = calls_file
     return Scoring(SlowScorer("slow-model"))
+
+
+class PixelScorer(SlowScorer):
+    """A ``SlowScorer`` that reads every pixel of every image: each image's content moves the logits, so rows
+    whose images were made elsewhere with other pixels score otherwise."""
+
+    def _shown_logits(self, row) -> np.ndarray:
+        import hashlib
+
+        logits = super()._shown_logits(row)
+        for image in row.images:
+            digest = hashlib.sha256(image.tobytes()).digest()
+            logits = logits + 0.25 * np.frombuffer(digest[:len(logits)], dtype=np.uint8) / 255
+        return logits
+
+
+def pixels(model, **kwargs):
+    return PixelScorer(model)

@@ -187,6 +187,30 @@ def test_the_embedded_model_on_ray_scores_and_checks_what_it_does_locally(projec
     assert conditions[0] == conditions[1] and "batched" in conditions[0]
 
 
+PIXEL_FAMILIES = ("rotation", "scale_pad", "shift", "overlay")
+
+
+def test_pixel_families_are_built_on_the_actors_and_score_as_locally(project, ray_head, tmp_path, monkeypatch):
+    """Pixel families on Ray: the front end builds none of their variants (the actors build them where they score
+    them, from the source images' bytes), and a scorer that reads every pixel gives the local run's predictions
+    and summary byte for byte."""
+    run = ("--scorer", "fakes:pixels", "--families", ",".join(PIXEL_FAMILIES), "--batch-size", "2",
+           "-p", "count_builds")
+    monkeypatch.setenv("LAYA_BUILDS_FILE", str(tmp_path / "local.json"))
+    status, out = gate_run(project, *run, "--report-dir", "pixels-local")
+    assert status == 0, out
+    monkeypatch.setenv("LAYA_BUILDS_FILE", str(tmp_path / "ray.json"))
+    status, out = gate_run(project, *run, "--report-dir", "pixels-ray", "--executor", "ray", "--ray-address",
+                           ray_head, job=job_env())
+    assert status == 0, out
+    local, remote = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("local", "ray"))
+    assert {f: local.get(f) for f in PIXEL_FAMILIES} == {f: 48 for f in PIXEL_FAMILIES}  # 2 sets of 24 rows
+    assert not any(remote.get(f) for f in PIXEL_FAMILIES), remote
+    _same_reports(project / "pixels-ray", project / "pixels-local")
+    records = _records(project / "pixels-ray" / "predictions.jsonl.gz")
+    assert {r["family"] for r in records} >= set(PIXEL_FAMILIES)
+
+
 def _records(path: Path) -> list[dict]:
     with gzip.open(path, "rt") as fh:
         return [json.loads(line) for line in fh]
@@ -448,3 +472,16 @@ def test_the_cluster_says_how_many_actors_it_takes(connected, ray_head):
         cluster.actor_count(3, gpus=False)
     with pytest.raises(HarnessError, match="--ray-actors auto: the Ray cluster at .* has 0 GPUs"):
         cluster.actor_count(None, gpus=True)
+
+
+def test_the_gate_scaling_script_measures_runs_that_match_the_local_one(tmp_path):
+    """``scripts/ray_gate_scaling.py`` on a few photos: its own head, a local run and a one-actor run whose
+    predictions it checks against the local ones, and the numbers it prints."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ray_gate_scaling.py"), "--actors", "1", "--rows",
+                          "3", "--size", "160x120", "--per-row", "0"], capture_output=True, text=True, timeout=600,
+                         env={k: v for k, v in os.environ.items() if k != JOB_CONFIG})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    runs = result["runs"]["3"]
+    assert result["predictions_identical_to_local"] and runs["1"]["rows"] == runs["local"]["rows"] == 33
+    assert runs["1"]["front_cpu_s"] > 0 and runs["1"]["actor_rss_mib"] > 0 and runs["1"]["wall_ratio_to_first"] == 1

@@ -30,7 +30,7 @@ from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key
 from laya_robustness.run.scorers import RunScorers, served_without_dual
 from laya_robustness.run.scoring import score_journaled, scoring_chunks
-from laya_robustness.run.variants import VariantImages, family_variants
+from laya_robustness.run.variants import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
 from laya_robustness.summary import CellCache, family_cell, summarize
 
@@ -186,13 +186,16 @@ class GateRun:
             return "captions" if dataset in self.caption_rows else "rows"
         return get_family(family).source
 
-    def family_rows(self, family: str, dataset: str):
+    def family_rows(self, family: str, dataset: str, executor=None):
         """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
-        family allows (``run.variants``)."""
+        family allows (``run.variants``); built by ``executor`` where it builds them (a Ray pool: on its actors)."""
         if self.variants is not None and (family, dataset) in self.variants:
             return self.variants[(family, dataset)]
-        source = self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows
-        rows = family_variants(family, source[dataset], self.settings.seed, self.inputs.images)
+        source = (self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows)[dataset]
+        if family != ORIG and hasattr(executor, "variants") and builds_on_executor(family):
+            rows = adopt(executor.variants(family, source, self.settings.seed), source, self.inputs.images)
+        else:
+            rows = family_variants(family, source, self.settings.seed, self.inputs.images)
         declared = get_family(family)
         if self.variants is not None and not (declared.reads_pixels and not declared.row_wise):
             self.variants[(family, dataset)] = rows  # their images wait in the store (not held), rebuilt when gone
@@ -217,7 +220,7 @@ class GateRun:
         source, models = self._source_of(family, dataset), self.models
         executor, journal = models.executor(device, source), self.journal(device, source)
         scorer = None if models.uses_ray else models.scorer(device, source)  # on Ray, the actors hold the scorers
-        rows = self.family_rows(family, dataset)
+        rows = self.family_rows(family, dataset, executor)
         progress = self.progress(device, f"{family}/{dataset}", len(rows))
         chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
                                 per_row=scorer is not None and capabilities(scorer).answers_in_text)

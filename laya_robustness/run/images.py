@@ -22,6 +22,7 @@ import dataclasses
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from PIL import Image
@@ -94,29 +95,49 @@ class ImageStore:
 class ImageSource:
     """What makes waiting images again: ``make()`` gives them (one data file decoded, or one row's variant images in
     a family, rebuilt), named ``what`` in errors; ``keep`` says whether what it makes is held in the store for
-    later chunks (a source image, which every family reads) or only for the chunk that asked (a variant)."""
+    later chunks (a source image, which every family reads) or only for the chunk that asked (a variant).
 
-    def __init__(self, store: ImageStore, make: Callable[[], Sequence[Image.Image]], what: str, keep: bool = True):
+    A source whose ``make`` is ``portable`` (``DecodeImage``, ``run.variants.VariantBuild``) travels with its rows
+    to a Ray actor, which makes the pixels there: it is pickled without its store (``store`` None: nothing held
+    until ``bind_images`` gives it the actor's) and with ``make.travelling()``."""
+
+    def __init__(self, store: ImageStore | None, make: Callable[[], Sequence[Image.Image]], what: str,
+                 keep: bool = True):
         self.store, self.make, self.what, self.keep = store, make, what, keep
+
+    @property
+    def portable(self) -> bool:
+        return getattr(self.make, "portable", False)
+
+    def __reduce__(self):
+        if not self.portable:
+            raise TypeError(f"{self.what}: its images are made by {self.make!r}, which cannot travel")
+        return ImageSource, (None, self.make.travelling(), self.what, self.keep)
 
     def waiting(self, image: Image.Image) -> PendingImage:
         """``image`` as a PendingImage of this source, held in the store if there is room."""
         digest = image_digest(image)
-        self.store.put(digest, image)
+        if self.store is not None:
+            self.store.put(digest, image)
         return PendingImage(digest, image.mode, image.size, self)
 
     def made(self) -> dict[str, Image.Image]:
         """Every image the source makes, by content key (held in the store when ``keep``)."""
         images = {image_digest(im): im for im in self.make()}
-        self.store.count("made", len(images))
-        if self.keep:
-            for digest, image in images.items():
-                self.store.put(digest, image)
+        if self.store is not None:
+            self.store.count("made", len(images))
+            if self.keep:
+                for digest, image in images.items():
+                    self.store.put(digest, image)
         return images
+
+    def held(self, digest: str) -> Image.Image | None:
+        """The image of ``digest`` while the store holds it."""
+        return None if self.store is None else self.store.get(digest)
 
     def __call__(self, digest: str) -> Image.Image:
         """The image of ``digest``: held, or made again (``PendingImage.load``)."""
-        image = self.store.get(digest)
+        image = self.held(digest)
         return image if image is not None else self.pick(self.made(), digest)
 
     def pick(self, images: dict[str, Image.Image], digest: str) -> Image.Image:
@@ -173,7 +194,7 @@ def rows_with_pixels(rows: Sequence[Row]) -> list[Row]:
     have: dict[str, Image.Image] = {}
     missing: dict[int, ImageSource] = {}
     for digest, im in waiting.items():
-        held = im.source.store.get(digest) if isinstance(im.source, ImageSource) else im.load()
+        held = im.source.held(digest) if isinstance(im.source, ImageSource) else im.load()
         if held is not None:
             have[digest] = held
         else:
@@ -196,7 +217,36 @@ def waiting_rows(rows: Sequence[SourceRow], store: ImageStore) -> list[Row]:
         key = (ref.file, ref.max_side)
         if ref.file is None or key not in seen:
             store.count("decoded")
-            seen[key] = ImageSource(store, lambda: [ref.decode()], f"image {ref.name}").waiting(ref.decode())
+            decode = DecodeImage(ref)
+            seen[key] = ImageSource(store, decode, f"image {ref.name}").waiting(decode()[0])
         return seen[key]
 
     return [dataclasses.replace(r.row, images=tuple(waiting(ref) for ref in r.images)) for r in rows]
+
+
+class DecodeImage:
+    """``make`` of a source image: ``ref`` (``loaders.images.ImageRef``) decoded. It travels as the file's bytes
+    (``travelling``), so an actor on another machine decodes the same pixels without the file."""
+
+    portable = True
+
+    def __init__(self, ref):
+        self.ref = ref
+
+    def __call__(self) -> list[Image.Image]:
+        return [self.ref.decode()]
+
+    def travelling(self) -> DecodeImage:
+        if self.ref.file is None:
+            return self
+        return DecodeImage(dataclasses.replace(self.ref, file=None, payload=Path(self.ref.file).read_bytes()))
+
+
+def bind_images(rows: Sequence[Row], store: ImageStore) -> list[Row]:
+    """``rows`` (received from another process) with their waiting images' sources holding what they make in
+    ``store`` (a source that came without one)."""
+    for row in rows:
+        for im in row.images:
+            if isinstance(im, PendingImage) and isinstance(im.source, ImageSource) and im.source.store is None:
+                im.source.store = store
+    return list(rows)

@@ -157,7 +157,11 @@ class ChunksWithPixels(collections.abc.Sequence):
         return len(self.chunks)
 
     def __getitem__(self, index: int) -> list[Row]:
-        return rows_with_pixels([self.rows[i] for i in self.chunks[index]])
+        return rows_with_pixels(self.waiting(index))
+
+    def waiting(self, index: int) -> list[Row]:
+        """The rows of chunk ``index`` with their images still waiting (an executor that makes pixels itself)."""
+        return [self.rows[i] for i in self.chunks[index]]
 
     def __iter__(self) -> Iterator[list[Row]]:
         for index in range(len(self.chunks)):

@@ -47,9 +47,35 @@ def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore
     out: list[Row] = []
     ahead = BUILD_WINDOW_ROWS if _mean_pixels(rows) >= PARALLEL_BUILD_MIN_PIXELS else 1
     for row, variants in zip(rows, streamed_map(lambda r: _keyed(build_variants(name, [r], seed)), rows, ahead)):
-        source = ImageSource(store, _rebuild(name, row, seed), f"{name} of row {row.row_id!r}", keep=False)
+        source = ImageSource(store, VariantBuild(name, row, seed), f"{name} of row {row.row_id!r}", keep=False)
         passed = {im.digest: im for im in row.images if isinstance(im, PendingImage)}
         out += [_waiting(variant, passed, source) for variant in variants]
+    return out
+
+
+def builds_on_executor(name: str) -> bool:
+    """Whether family ``name``'s variants can be built where they are scored (a Ray actor): a row-wise family
+    that reads pixels, whose images travel as the recipe that builds them (``VariantBuild``)."""
+    family = get_family(name)
+    return family.reads_pixels and family.row_wise
+
+
+def adopt(variants: Sequence[Row], rows: Sequence[Row], store: ImageStore) -> list[Row]:
+    """Variant rows built in another process, made this process's own: each variant image's recipe builds from
+    the source row read here (``rows``: its images from their files, not the bytes they travelled as) and keeps
+    what it builds in ``store``; a source image passed through is this process's own waiting image."""
+    by_id = {row.row_id: row for row in rows}
+    passed = {im.digest: im for row in rows for im in row.images if isinstance(im, PendingImage)}
+    out = []
+    for variant in variants:
+        images = []
+        for im in variant.images:
+            if isinstance(im, PendingImage) and im.digest in passed:
+                im = passed[im.digest]
+            elif isinstance(im, PendingImage) and isinstance(getattr(im.source, "make", None), VariantBuild):
+                im.source.make.row, im.source.store = by_id[im.source.make.row.row_id], store
+            images.append(im)
+        out.append(variant.replaced(images=tuple(images)))
     return out
 
 
@@ -67,8 +93,21 @@ def _keyed(variants: list[Row]) -> list[Row]:
     return variants
 
 
-def _rebuild(name: str, row: Row, seed: int):
-    return lambda: [im for variant in build_variants(name, [row], seed) for im in variant.images]
+class VariantBuild:
+    """``make`` of one source row's variant images in family ``name``: the row's variants built again. It travels
+    (``run.images.ImageSource``) with the row and its images' sources, so a Ray actor builds them where it scores
+    them."""
+
+    portable = True
+
+    def __init__(self, name: str, row: Row, seed: int):
+        self.name, self.row, self.seed = name, row, seed
+
+    def __call__(self) -> list:
+        return [im for variant in build_variants(self.name, [self.row], self.seed) for im in variant.images]
+
+    def travelling(self) -> VariantBuild:
+        return self
 
 
 def _waiting(variant: Row, passed: dict[str, PendingImage], source: ImageSource) -> Row:

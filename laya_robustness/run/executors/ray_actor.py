@@ -7,10 +7,13 @@ from typing import Callable, Mapping, Sequence
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.executors.base import forget_images
+from laya_robustness.run.images import DEFAULT_IMAGE_CACHE_BYTES, ImageStore, bind_images, rows_with_pixels
 from laya_robustness.run.invariance import InvarianceRun
 from laya_robustness.run.meta import device_name
 from laya_robustness.run.models import load_source_scorer
 from laya_robustness.run.scoring import Scoring
+from laya_robustness.run.variants import family_variants
+from laya_robustness.scoring.malloc import give_back_freed_memory
 
 
 def actor_device(device: str) -> str:
@@ -25,12 +28,16 @@ def load_scoring(settings, model: str, device: str, dual: bool) -> Scoring:
 
 class ScoringActor:
     """The body of one actor: the ``Scoring`` of each row source (``loads[source]()``), each loaded once on
-    first use, and their invariance runs."""
+    first use, and their invariance runs. Rows arrive with their images waiting (``run.images``: a source image as
+    its file's bytes, a variant image as the recipe that builds it); the actor makes their pixels, holding what it
+    made in its own image store of ``image_cache_bytes`` until the front end says no row waits for it."""
 
-    def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str):
+    def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str,
+                 image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES):
         self.loads, self.device = dict(loads), device
         self.scorings: dict[str, Scoring] = {}
         self._invariance: dict[str, InvarianceRun] = {}
+        self.store = ImageStore(image_cache_bytes)
 
     def _scoring(self, source: str) -> Scoring:
         if source not in self.scorings:
@@ -47,10 +54,24 @@ class ScoringActor:
                 "identities": identities}
 
     def records(self, source: str, rows: Sequence[Row]) -> list[Record]:
-        return self._scoring(source).records(rows)
+        """The records of ``rows``, their pixels made here (and the memory they took given back after)."""
+        try:
+            return self._scoring(source).records(rows_with_pixels(bind_images(rows, self.store)))
+        finally:
+            give_back_freed_memory()
+
+    def variants(self, source: str, rows: Sequence[Row], family: str, seed: int) -> list[Row]:
+        """``family``'s variant rows of the source ``rows`` (``run.variants.family_variants``), built here: their
+        images wait in this actor's store, and travel back as the recipes that build them."""
+        try:
+            return family_variants(family, bind_images(rows, self.store), seed, self.store)
+        finally:
+            give_back_freed_memory()
 
     def forget_images(self, source: str, digests: Sequence[str]) -> None:
-        """Let ``source``'s scorer forget these images, where it can (``forget_images``; ``run.variants``)."""
+        """Let the store and ``source``'s scorer forget these images, where it can (``forget_images``;
+        ``run.variants``)."""
+        self.store.forget(digests)
         if source in self.scorings:
             forget_images(self.scorings[source].scorer, digests)
 

@@ -24,6 +24,7 @@ from laya_robustness.rows import Row
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.executors.ray_cluster import ClusterLost
+from laya_robustness.run.images import DEFAULT_IMAGE_CACHE_BYTES
 from laya_robustness.run.scoring import Scoring
 
 #: Shards in flight per actor.
@@ -34,6 +35,8 @@ MAX_ATTEMPTS = 3
 LOOKAHEAD = 8
 #: Seconds a wait for results lasts before the cluster's head is checked (a lost head is found in seconds).
 WAIT_S = 1.0
+#: Source rows an actor builds a family's variants of in one call, at most.
+VARIANT_GROUP_ROWS = 16
 
 
 @dataclass
@@ -49,9 +52,14 @@ class Slot:
 
 @dataclass
 class Shard:
+    """Rows sent to one actor's ``method`` (``records``: scored; ``variants``: a family's variants built), with
+    ``args`` after the rows."""
+
     index: int
     source: str
     rows: Sequence[Row]
+    method: str = "records"
+    args: tuple = ()
     attempts: int = 0
     clusters: Counter = field(default_factory=Counter)
 
@@ -70,10 +78,13 @@ class RayActorPool:
     ``device``, one GPU each when ``gpus``, else one CPU; ``label`` names the pool in errors."""
 
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str, n_actors: int, gpus: bool,
-                 label: str, expected: Mapping[str, dict | None] | None = None, cluster=None):
+                 label: str, expected: Mapping[str, dict | None] | None = None, cluster=None,
+                 image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES):
         import ray
 
         self.label, self.device, self.replaced, self.cluster = label, device, 0, cluster
+        self._checked = 0.0  # when the head was last asked whether it answers (time.monotonic)
+        self.image_cache_bytes = image_cache_bytes
         self.expected = dict(expected or {})  # source -> the weights' sha256 this machine found (None: unknown)
         options = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_restarts": 0, "max_task_retries": 0}
         self._actor_class = ray.remote(**options)(ScoringActor)
@@ -87,12 +98,17 @@ class RayActorPool:
     # -- actors ---------------------------------------------------------------------------------
 
     def _new_slot(self, number: int) -> Slot:
-        actor = self._actor_class.remote(self._loads, self.device)
+        actor = self._actor_class.remote(self._loads, self.device, self.image_cache_bytes)
         return Slot(number, actor, actor.prepare.remote(self.sources))
 
     def _alive(self) -> None:
-        """ClusterLost once the cluster's head stops answering (``ray_cluster.Cluster.check_alive``)."""
-        if self.cluster is not None:
+        """ClusterLost once the cluster's head stops answering (``ray_cluster.Cluster.check_alive``), asked at most
+        every ``WAIT_S`` seconds: while results keep arriving too (the actors score on without the head, but Ray
+        ends this process a minute after the head is gone)."""
+        import time
+
+        if self.cluster is not None and time.monotonic() - self._checked >= WAIT_S:
+            self._checked = time.monotonic()
             self.cluster.check_alive()
 
     def get(self, ref):
@@ -180,10 +196,24 @@ class RayActorPool:
 
     def records(self, source: str, shards: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         """``(index, records)`` of each shard of ``source`` rows as it finishes (see the module doc)."""
+        return self._results(Shard(i, source, rows) for i, rows in enumerate(shards))
+
+    def variants(self, source: str, family: str, rows: Sequence[Row], seed: int) -> list[Row]:
+        """``family``'s variant rows of the source ``rows``, in their order, built on the actors (groups of
+        ``VARIANT_GROUP_ROWS`` rows at most, at least ``LOOKAHEAD`` groups per actor where there are enough rows):
+        each group's images wait in the store of the actor that built it, which is their clusters' home, so the
+        chunks that score them mostly go there (another actor builds them again)."""
+        size = max(1, min(VARIANT_GROUP_ROWS, -(-len(rows) // (LOOKAHEAD * len(self.slots)))))
+        groups = [rows[i:i + size] for i in range(0, len(rows), size)]
+        built: dict[int, list[Row]] = dict(self._results(
+            Shard(i, source, group, "variants", (family, seed)) for i, group in enumerate(groups)))
+        return [row for i in range(len(groups)) for row in built[i]]
+
+    def _results(self, incoming: Iterator[Shard]) -> Iterator[tuple[int, list]]:
+        """``(index, result)`` of each shard as an actor finishes it (see the module doc)."""
         import ray
         from ray.exceptions import RayActorError
 
-        incoming = (Shard(i, source, rows) for i, rows in enumerate(shards))
         waiting: list[Shard] = []
         running: dict[object, tuple[Slot, object, Shard | None]] = {}  # ref -> (slot, its actor, shard or None)
         try:
@@ -193,8 +223,8 @@ class RayActorPool:
                 if not running:
                     return
                 done, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
+                self._alive()
                 if not done:
-                    self._alive()
                     continue
                 [ref] = done
                 slot, actor, shard = running.pop(ref)
@@ -227,10 +257,14 @@ class RayActorPool:
                 return
             slot = min(free, key=lambda s: s.in_flight)
             shard = waiting.pop(self._pick(slot.number, waiting))
-            for cluster in shard.clusters:
-                self.home.setdefault(cluster, slot.number)
+            for cluster in shard.clusters:  # an actor that builds variants holds their images: their new home
+                if shard.method == "variants":
+                    self.home[cluster] = slot.number
+                else:
+                    self.home.setdefault(cluster, slot.number)
             slot.in_flight += 1
-            running[slot.actor.records.remote(shard.source, shard.rows)] = (slot, slot.actor, shard)
+            method = getattr(slot.actor, shard.method)
+            running[method.remote(shard.source, shard.rows, *shard.args)] = (slot, slot.actor, shard)
 
     def _pick(self, number: int, waiting: Sequence[Shard]) -> int:
         """The position of the waiting shard with most rows at home on slot ``number``, then fewest at home on
@@ -269,7 +303,15 @@ class SourceExecutor:
         self.pool, self.source = pool, source
 
     def records(self, chunks: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
+        """Each chunk sent with its images waiting (``ChunksWithPixels.waiting``): the actors make the pixels."""
+        waiting = getattr(chunks, "waiting", None)
+        if waiting is not None:
+            chunks = (waiting(i) for i in range(len(chunks)))
         return self.pool.records(self.source, chunks)
+
+    def variants(self, family: str, rows: Sequence[Row], seed: int) -> list[Row]:
+        """``family``'s variant rows of the source ``rows``, built on the actors (``RayActorPool.variants``)."""
+        return self.pool.variants(self.source, family, rows, seed)
 
     def forget_images(self, digests) -> None:
         """Tell every actor's scorer to forget these images (``run.variants.VariantImages`` does, once no row waits

@@ -1,0 +1,147 @@
+"""Whole gate runs on --executor ray over pixel families of photos: the front end's CPU seconds per 1,000 scored
+rows, wall time against the number of actors, and peak memory against the number of rows.
+
+The model is a device-bound model in miniature that reads every pixel (``tests/fakes.py``'s ``PixelScorer``: a
+fixed sleep per row, as one GPU per actor would take, plus a hash of each image's pixels), so the wall times
+measure the pool and the front end, not this machine's CPUs scoring. The script writes ``--rows`` photo rows of
+``--size`` (``fixtures.bench.write_photo_rows``), starts its own one-node cluster (``ray start --head`` on
+127.0.0.1 with as many logical CPUs as the largest pool), runs ``pytest robustness_tests`` once per pool size and
+once with the local executor (``-n 0``), checks that every run's predictions are the local run's byte for byte,
+and prints one JSON object::
+
+    python scripts/ray_gate_scaling.py --actors 1,2,4 --rows 60 --per-row 0.02
+    python scripts/ray_gate_scaling.py --actors 4 --rows 60,240 --per-row 0 --repeat 5   # memory against rows
+
+``--code DIR`` runs another checkout's code (front end and actors) on the same rows, for a before / after.
+Peak memory: the front end's (``wait4``'s maxrss) and the largest actor's (its RSS sampled every 0.2 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ray_scaling import start_head  # noqa: E402
+
+FAMILIES = "rotation,scale_pad,overlay"
+
+
+def project(folder: Path, code: Path, rows: int, size: tuple[int, int]) -> Path:
+    """A gate project in ``folder``: ``code``'s robustness tests, ``rows`` photo rows, limits that set none."""
+    from laya_robustness.fixtures.bench import write_photo_rows
+
+    shutil.copytree(code / "robustness_tests", folder / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
+    write_photo_rows(folder / "rows", rows, size=size)
+    (folder / "limits.toml").write_text("version = 1\n[families.orig]\nmin_acc = 0.0\n")
+    (folder / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    return folder
+
+
+class ActorMemory(threading.Thread):
+    """The largest RSS of any Ray actor process (``ray::ScoringActor``) seen while it runs, and the largest USS
+    (its own pages: RSS less the pages it shares, such as Ray's object store)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak, self.peak_uss, self.done = 0, 0, threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.done.wait(0.2):
+            for process in psutil.process_iter(["cmdline"]):
+                if "ScoringActor" not in " ".join(process.info["cmdline"] or []):
+                    continue
+                try:
+                    memory = process.memory_full_info()
+                except psutil.Error:
+                    continue
+                self.peak, self.peak_uss = max(self.peak, memory.rss), max(self.peak_uss, memory.uss)
+
+
+def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: list[str]) -> dict:
+    """One gate run: its wall seconds, the front end's CPU seconds and peak RSS, the largest actor RSS, rows."""
+    path = f"{code}{os.pathsep}{TESTS}"
+    env = {**os.environ, "PYTHONPATH": path, "LAYA_SLOW_PER_ROW": str(per_row), "HF_HUB_OFFLINE": "1",
+           "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"env_vars": {
+               "PYTHONPATH": path, "LAYA_SLOW_PER_ROW": str(per_row)}}})}
+    cmd = [sys.executable, "-m", "pytest", "robustness_tests", "-q", "--scorer", "fakes:pixels", "--model", "fake",
+           "--data", "rows", "--thresholds", "limits.toml", "--families", FAMILIES, "--report-dir", report,
+           "-k", "not (snapshot or benchmark or invariance or gpu)", *executor_args]
+    memory = ActorMemory()
+    memory.start()
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    memory.done.set()
+    memory.join()
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(out.decode()[-4000:])
+    import gzip
+
+    with gzip.open(folder / report / "predictions.jsonl.gz", "rb") as fh:
+        rows = sum(1 for _ in fh)
+    return {"wall_s": wall, "front_cpu_s": usage.ru_utime + usage.ru_stime, "front_rss_mib": usage.ru_maxrss / 1024,
+            "actor_rss_mib": memory.peak / 2**20, "actor_uss_mib": memory.peak_uss / 2**20, "rows": rows,
+            "predictions": (folder / report / "predictions.jsonl.gz").read_bytes()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--actors", default="1,2,4", help="pool sizes, comma-separated (default: 1,2,4)")
+    parser.add_argument("--rows", default="60", help="photo rows, comma-separated (default: 60)")
+    parser.add_argument("--size", default="800x600", help="photo size (default: 800x600)")
+    parser.add_argument("--per-row", type=float, default=0.02, help="seconds each scored row costs (default: 0.02)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each configuration; medians (default: 1)")
+    parser.add_argument("--code", type=Path, default=ROOT, help="the checkout whose code runs (default: this one)")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.actors.split(",")]
+    size = tuple(int(n) for n in args.size.split("x"))
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="ray-gate-") as temp:
+        head, address = start_head(max(sizes), Path(temp))
+        try:
+            for n_rows in [int(n) for n in args.rows.split(",")]:
+                folder = project(Path(temp) / f"rows{n_rows}", args.code.resolve(), n_rows, size)
+                local = gate(folder, args.code.resolve(), args.per_row, "local", ["-n", "0"])
+                runs = {"local": [local]}
+                for n in sizes:
+                    runs[n] = [gate(folder, args.code.resolve(), args.per_row, f"ray{n}-{i}",
+                                    ["--executor", "ray", "--ray-address", address, "--ray-actors", str(n)])
+                               for i in range(args.repeat)]
+                    assert all(r["predictions"] == local["predictions"] for r in runs[n]), f"{n} actors differ"
+                results[n_rows] = {str(k): {key: round(statistics.median(r[key] for r in v), 3)
+                                            for key in ("wall_s", "front_cpu_s", "front_rss_mib", "actor_rss_mib",
+                                                        "actor_uss_mib", "rows")} for k, v in runs.items()}
+                for k, v in results[n_rows].items():
+                    v["front_cpu_s_per_1000_rows"] = round(1000 * v["front_cpu_s"] / v["rows"], 3)
+                one = results[n_rows].get(str(sizes[0]))
+                for n in sizes:
+                    results[n_rows][str(n)]["wall_ratio_to_first"] = round(
+                        results[n_rows][str(n)]["wall_s"] / one["wall_s"], 3)
+        finally:
+            head.send_signal(signal.SIGTERM)
+            head.wait(timeout=60)
+    print(json.dumps({"code": str(args.code), "families": FAMILIES, "size": args.size, "per_row": args.per_row,
+                      "repeat": args.repeat, "predictions_identical_to_local": True, "runs": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
