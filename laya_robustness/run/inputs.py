@@ -237,16 +237,20 @@ class RunInputs:
     def baseline_records(self) -> list:
         """The records of --baseline."""
         if self._baseline is None:
-            from laya_robustness.predictions import PredictionError, read_predictions
-
-            try:
-                self._baseline = read_predictions(self.settings.baseline)
-            except (PredictionError, OSError) as exc:
-                raise bad_input("--baseline", exc) from exc
-            if not self._baseline:
-                raise bad_input("--baseline", f"{self.settings.baseline} holds no prediction record (an earlier run's "
-                                "predictions.jsonl.gz holds one per scored row)")
+            self._baseline = self._once("baseline", self._read_baseline)
         return self._baseline
+
+    def _read_baseline(self) -> list:
+        from laya_robustness.predictions import PredictionError, read_predictions
+
+        try:
+            records = read_predictions(self.settings.baseline)
+        except (PredictionError, OSError) as exc:
+            raise bad_input("--baseline", exc) from exc
+        if not records:
+            raise bad_input("--baseline", f"{self.settings.baseline} holds no prediction record (an earlier run's "
+                            "predictions.jsonl.gz holds one per scored row)")
+        return records
 
 
 def bad_input(flag: str, problem: object) -> UsageError:

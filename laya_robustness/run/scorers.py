@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from laya_robustness.run.errors import HarnessError, stops_run
-from laya_robustness.scoring.base import capabilities
 from laya_robustness.run.models import (
     DUAL_ENCODER_TYPES,
     expected_weights,
@@ -15,7 +14,7 @@ from laya_robustness.run.models import (
     is_dual_encoder,
     load_source_scorer,
 )
-
+from laya_robustness.scoring.base import capabilities
 
 
 def served_without_dual(what: str) -> str:
