@@ -141,7 +141,8 @@ class SlowScorer(OracleScorer):
     """A device-bound model in miniature: every row costs ``LAYA_SLOW_PER_ROW`` seconds (a fixed sleep); where
     ``LAYA_PID_DIR`` is set, the process that loads it leaves an empty file named by its pid there; where
     ``LAYA_COUNT_FILE`` is set, each call appends its number of rows to it; where ``LAYA_CALLS_FILE`` is set,
-    each call appends ``pid start end`` (wall-clock seconds) to it."""
+    each call appends ``pid start end cells`` to it (wall-clock seconds; the ``family/dataset`` of its rows, by
+    commas); where ``LAYA_CRASH_FAMILY`` is set, a call with a row of that family raises."""
 
     def __init__(self, model, **kwargs):
         import os
@@ -156,10 +157,13 @@ class SlowScorer(OracleScorer):
         import time
 
         start = time.time()
+        if any(r.family == os.environ.get("LAYA_CRASH_FAMILY") for r in rows):
+            raise IndexError(f"tuple index out of range (a {rows[0].family} row)")
         time.sleep(self.per_row * len(rows))
         if os.environ.get("LAYA_CALLS_FILE"):
             with open(os.environ["LAYA_CALLS_FILE"], "a") as fh:
-                fh.write(f"{os.getpid()} {start} {time.time()}\n")
+                cells = ",".join(sorted({f"{r.family}/{r.dataset}" for r in rows}))
+                fh.write(f"{os.getpid()} {start} {time.time()} {cells}\n")
         if os.environ.get("LAYA_COUNT_FILE"):
             with open(os.environ["LAYA_COUNT_FILE"], "a") as fh:
                 fh.write(f"{len(rows)}\n")

@@ -211,6 +211,54 @@ def test_pixel_families_are_built_on_the_actors_and_score_as_locally(project, ra
     assert {r["family"] for r in records} >= set(PIXEL_FAMILIES)
 
 
+def test_the_cells_are_scored_as_one_stream_each_test_waiting_for_its_own(project, local, ray_head, tmp_path):
+    """Every orig cell is one chunk of 24 rows: scored cell after cell, the second actor would idle while the first
+    scores the first cell. As one stream, the next cells' chunks start before the first cell's last one ends, the
+    chunks of every cell are spread over both actors, and the records are the local run's."""
+    calls = tmp_path / "calls.txt"
+    status, out = gate_run(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "streamed", "--executor",
+                           "ray", "--ray-address", ray_head,
+                           job=job_env(LAYA_SLOW_PER_ROW="0.02", LAYA_CALLS_FILE=str(calls)))
+    assert status == 0, out
+    assert (project / "streamed" / "predictions.jsonl.gz").read_bytes() == (local / "predictions.jsonl.gz").read_bytes()
+    by_cell: dict[str, list[tuple[int, float, float]]] = {}
+    for pid, start, end, cells in map(str.split, calls.read_text().splitlines()):
+        assert "," not in cells, cells  # a chunk holds one cell's rows: the local run's chunks
+        by_cell.setdefault(cells, []).append((int(pid), float(start), float(end)))
+    first, second = by_cell["orig/colour_choice"], by_cell["orig/exists_yesno"]  # the first two tests' cells
+    assert min(start for _, start, _ in second) < max(end for _, _, end in first), by_cell
+    assert len({pid for calls in by_cell.values() for pid, _, _ in calls}) == 2
+
+
+def test_only_the_cells_of_the_selected_tests_are_scored(project, local, ray_head, tmp_path):
+    """-k narrows the stream as it narrows the tests: only the orig and option_order rows of colour_choice are
+    scored (counted on the actors), with the local run's records."""
+    counts = tmp_path / "rows.count"
+    status, out = gate_run(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "narrowed", "--executor", "ray",
+                           "--ray-address", ray_head, "-k", "option_order and colour_choice and not gpu",
+                           job=job_env(LAYA_COUNT_FILE=str(counts)))
+    assert status == 0, out
+    asked = [r for r in _records(local / "predictions.jsonl.gz")
+             if r["dataset"] == "colour_choice" and r["family"] in ("orig", "option_order")]
+    assert sum(int(n) for n in counts.read_text().split()) == len(asked) > 24
+    assert _records(project / "narrowed" / "predictions.jsonl.gz") == asked
+
+
+def test_a_cell_whose_scorer_raises_fails_its_own_tests_and_the_stream_goes_on(project, local, ray_head):
+    """option_order's rows crash the scorer while the orig cells are waited for: the orig tests pass with the
+    local run's records, each option_order test fails as a harness error naming its own cell, and the run ends 3."""
+    status, out = gate_run(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "one-cell-broken",
+                           "--executor", "ray", "--ray-address", ray_head, job=job_env(LAYA_CRASH_FAMILY="option_order"))
+    assert status == 3, out
+    assert "2 failed, 2 passed" in out and "FAILED robustness_tests/test_families.py::test_orig" not in out, out
+    for dataset in ("colour_choice", "exists_yesno"):
+        assert f"FAILED robustness_tests/test_families.py::test_option_order[{dataset}-cpu]" in out
+        assert re.search(rf"HARNESS ERROR .*scoring option_order/{dataset} on cpu .*IndexError: tuple index out of "
+                         rf"range \(a option_order row\)", out), out
+    orig = [r for r in _records(local / "predictions.jsonl.gz") if r["family"] == "orig"]
+    assert _records(project / "one-cell-broken" / "predictions.jsonl.gz") == orig
+
+
 def _records(path: Path) -> list[dict]:
     with gzip.open(path, "rt") as fh:
         return [json.loads(line) for line in fh]
@@ -448,7 +496,7 @@ def _calls(shards, n_actors: int, per_row: float, calls_file) -> list[tuple[int,
     finally:
         pool.close()
     assert done == list(range(len(shards)))
-    return [(int(pid), float(t0), float(t1)) for pid, t0, t1 in map(str.split, calls_file.read_text().splitlines())]
+    return [(int(pid), float(t0), float(t1)) for pid, t0, t1, *_ in map(str.split, calls_file.read_text().splitlines())]
 
 
 def test_two_actors_score_a_device_bound_model_side_by_side(connected, fixture_rows, tmp_path):

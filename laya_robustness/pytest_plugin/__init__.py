@@ -9,7 +9,7 @@ import pytest
 from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
-from laya_robustness.pytest_plugin.selection import device_scopes, narrowed_by
+from laya_robustness.pytest_plugin.selection import device_scopes, narrowed_by, planned_cells
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError
 from laya_robustness.run.lock import ReportDirInUse
@@ -163,6 +163,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _claim_report_dir(config, session, items)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The cells the selected family tests will ask for, in their order (after -k, -m, --lf and the rest deselected):
+    # on --executor ray they are scored as one stream from the first test on (run.executors.ray_stream).
+    state = session.config.stash.get(SESSION_KEY, None)
+    if state is not None and state.run.models.uses_ray and not session.config.option.collectonly:
+        state.run.plan(planned_cells(session.items, state.run))
 
 
 def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: list[pytest.Item]) -> None:

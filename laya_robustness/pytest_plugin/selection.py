@@ -48,3 +48,18 @@ def device_scopes(run: GateRun, narrowed: list[str]) -> dict[str, Scope]:
         judged = {(f, d) for f, d, dev in run.judged if dev == device}
         out[device] = decide_scope(asked, scored, judged, narrowed)
     return out
+
+
+def planned_cells(items, run: GateRun) -> list[tuple[str, str, str]]:
+    """The (family, dataset, device) cells the family tests among ``items`` judge, in their order: those of a
+    family the run scores (``run.run_cells``), not skipped by a mark."""
+    runnable, out = set(run.run_cells()), []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        name = getattr(getattr(item, "function", None), "__name__", "")
+        dataset = params.get("dataset", params.get("caption_set"))
+        if not name.startswith("test_") or dataset is None or "device" not in params:
+            continue
+        if item.get_closest_marker("skip") is None and (name[len("test_"):], dataset) in runnable:
+            out.append((name[len("test_"):], dataset, params["device"]))
+    return out

@@ -21,7 +21,8 @@ from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.records import ORIG, Record
-from laya_robustness.run.errors import stops_run
+from laya_robustness.run.planned import PlannedCells
+from laya_robustness.run.errors import UsageError, stops_run
 from laya_robustness.run.images import rows_with_pixels
 from laya_robustness.run.inputs import RunInputs
 from laya_robustness.run.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
@@ -29,9 +30,6 @@ from laya_robustness.run.journal import JOURNAL_DIR, open_journal
 from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key
 from laya_robustness.run.scorers import RunScorers, served_without_dual
-from laya_robustness.run.scoring import score_journaled, scoring_chunks
-from laya_robustness.run.variants import VariantImages, adopt, builds_on_executor, family_variants
-from laya_robustness.scoring.base import capabilities
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 
@@ -121,6 +119,7 @@ class GateRun:
         self.summaries: dict[str, dict] = {}  # device -> summary.json, once made
         self._invariance: dict[str, object] = {}
         self._journals: dict[str, object] = {}
+        self.cells_of = PlannedCells(self)  # each cell's rows and scoring; the planned ones streamed where they can
         self._n_interval_checks: int | None = None
         self._summary_cache: dict[str, tuple] = {}  # device -> (records key, summary): see records_summary
         self.cells = CellCache()  # the summary cells computed so far, shared by the checks and the summary
@@ -175,31 +174,21 @@ class GateRun:
 
     def close(self) -> None:
         """Release the report folder and stop the run's Ray actors."""
+        self.cells_of.close()
         self.release_report_dir()
         self.models.close()
 
     # -- scoring --------------------------------------------------------------------------------
 
-    def _source_of(self, family: str, dataset: str) -> str:
+    def source_of(self, family: str, dataset: str) -> str:
         """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
         if family == ORIG:
             return "captions" if dataset in self.caption_rows else "rows"
         return get_family(family).source
 
-    def family_rows(self, family: str, dataset: str, executor=None):
-        """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
-        family allows (``run.variants``); built by ``executor`` where it builds them (a Ray pool: on its actors)."""
-        if self.variants is not None and (family, dataset) in self.variants:
-            return self.variants[(family, dataset)]
-        source = (self.caption_rows if self._source_of(family, dataset) == "captions" else self.rows)[dataset]
-        if family != ORIG and hasattr(executor, "variants") and builds_on_executor(family):
-            rows = adopt(executor.variants(family, source, self.settings.seed), source, self.inputs.images)
-        else:
-            rows = family_variants(family, source, self.settings.seed, self.inputs.images)
-        declared = get_family(family)
-        if self.variants is not None and not (declared.reads_pixels and not declared.row_wise):
-            self.variants[(family, dataset)] = rows  # their images wait in the store (not held), rebuilt when gone
-        return rows
+    def plan(self, cells: Sequence[tuple[str, str, str]]) -> None:
+        """The (family, dataset, device) cells the caller's checks will ask for, in order (``run.planned``)."""
+        self.cells_of.plan(cells)
 
     def journal(self, device: str, source: str):
         """The journal this process appends ``source`` records of ``device`` to (``run.journal``)."""
@@ -212,27 +201,26 @@ class GateRun:
         return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
-        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored;
-        with --resume the rows an earlier run journaled are reused and only the others scored."""
+        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored (in the
+        run's stream where the executor streams); with --resume the rows an earlier run journaled are reused."""
         key = (family, dataset, device)
         if key in self.scored:
             return
-        source, models = self._source_of(family, dataset), self.models
-        executor, journal = models.executor(device, source), self.journal(device, source)
+        source, models = self.source_of(family, dataset), self.models
+        executor = models.executor(device, source)
         scorer = None if models.uses_ray else models.scorer(device, source)  # on Ray, the actors hold the scorers
-        rows = self.family_rows(family, dataset, executor)
-        progress = self.progress(device, f"{family}/{dataset}", len(rows))
-        chunks = scoring_chunks(rows, self.settings.scoring_path, self.settings.batch_size,
-                                per_row=scorer is not None and capabilities(scorer).answers_in_text)
-        variant_images = VariantImages(rows, self.inputs.images, executor, give_back=self.kept_freed_memory)
+        progress = lambda total: self.progress(device, f"{family}/{dataset}", total)  # noqa: E731
+        stream, work = self.cells_of.stream(device, source, executor), None
+        if stream is None:
+            work = self.cells_of.work(self.cells_of.rows(family, dataset, executor), self.journal(device, source),
+                                      executor, scorer)
         try:
-            cell = score_journaled(executor, journal, rows, chunks, progress.update, variant_images.done)
+            cell = stream.records(key, progress)[1] if work is None else work.score(executor, progress)
+        except UsageError:
+            raise
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {self.model_name!r} "
                                        f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
-        finally:
-            progress.close()
-            variant_images.all_done()
         store = self.records.setdefault(device, {})
         for rec in cell:
             store[rec.row_id] = rec

@@ -168,37 +168,68 @@ class ChunksWithPixels(collections.abc.Sequence):
             yield self[index]
 
 
+class JournaledCell:
+    """One cell's rows on their way to records: a row the journal knows (``--resume``) is taken from it at once,
+    the others wait in ``pending`` chunks (``positions``, the size of the chunk they belong to) until ``finish(i,
+    records)`` gives the records of pending chunk ``i``, which are appended to the journal. ``on_chunk(n)`` is told
+    the size of every chunk done (the progress bar) and ``on_done(rows)`` its rows, those found in the journal as
+    they are found and those scored as they are scored (the run lets the variant images go that no row still waits
+    for)."""
+
+    def __init__(self, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],
+                 on_chunk: Callable[[int], None] = lambda n: None,
+                 on_done: Callable[[list[Row]], None] = lambda rows: None):
+        self.journal, self.rows, self.on_chunk, self.on_done = journal, rows, on_chunk, on_done
+        self.out: list[Record | None] = [None] * len(rows)
+        self.keys = [row_key(journal.config, row) for row in rows]
+        self.pending: list[tuple[list[int], int]] = []
+        self.left = 0  # pending chunks not finished yet
+        for chunk in chunks:
+            missing, found = [], []
+            for i in chunk:
+                (found if self.keys[i] in journal.known else missing).append(i)
+            for i in found:
+                self.out[i] = Record.parse(journal.known[self.keys[i]], f"journal record {self.keys[i]}")
+            if found:
+                on_done([rows[i] for i in found])
+            if missing:
+                self.pending.append((missing, len(chunk)))
+            else:
+                on_chunk(len(chunk))
+        self.left = len(self.pending)
+
+    def chunks(self) -> ChunksWithPixels:
+        """The pending chunks, each given its pixels when it is asked for (what an executor's ``records`` takes)."""
+        return ChunksWithPixels(self.rows, [positions for positions, _ in self.pending])
+
+    def finish(self, index: int, records: Sequence[Record]) -> None:
+        """Pending chunk ``index`` was scored: keep and journal its records."""
+        positions, size = self.pending[index]
+        for i, record in zip(positions, records, strict=True):
+            self.out[i] = record
+        self.journal.append((self.keys[i], self.out[i]) for i in positions)
+        self.left -= 1
+        self.on_chunk(size)
+        self.on_done([self.rows[i] for i in positions])
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
+
+    def records(self) -> list[Record]:
+        """The records of every row, in row order (once ``done``)."""
+        return list(self.out)
+
+
 def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],
                     on_chunk: Callable[[int], None] = lambda n: None,
                     on_done: Callable[[list[Row]], None] = lambda rows: None) -> list[Record]:
-    """The records of ``rows`` in row order, chunk by chunk: a row the journal knows (``--resume``) is reused,
-    the others of each chunk are handed to ``executor`` with their pixels (its ``records(chunks)`` takes a
-    ``ChunksWithPixels``, whose chunks are decoded as it asks for them, and yields ``(index, records)`` as
-    chunks finish; it should hold only the chunks it is scoring) and appended to the journal as each arrives;
-    ``on_chunk(n)`` is told the size of every chunk done (the progress bar) and ``on_done(rows)`` its rows, those
-    found in the journal as they are found and those scored as they are scored (the run lets the variant images go
-    that no row still waits for). An exception of the executor propagates unchanged: what was journaled before it
-    stays."""
-    out: list[Record | None] = [None] * len(rows)
-    keys = [row_key(journal.config, row) for row in rows]
-    pending: list[tuple[list[int], int]] = []  # (positions to score, size of their chunk)
-    for chunk in chunks:
-        missing, found = [], []
-        for i in chunk:
-            (found if keys[i] in journal.known else missing).append(i)
-        for i in found:
-            out[i] = Record.parse(journal.known[keys[i]], f"journal record {keys[i]}")
-        if found:
-            on_done([rows[i] for i in found])
-        if missing:
-            pending.append((missing, len(chunk)))
-        else:
-            on_chunk(len(chunk))
-    for index, records in executor.records(ChunksWithPixels(rows, [positions for positions, _ in pending])):
-        positions, size = pending[index]
-        for i, record in zip(positions, records, strict=True):
-            out[i] = record
-        journal.append((keys[i], out[i]) for i in positions)
-        on_chunk(size)
-        on_done([rows[i] for i in positions])
-    return out
+    """The records of ``rows`` in row order, chunk by chunk (``JournaledCell``): the chunks the journal does not
+    know are handed to ``executor`` with their pixels (its ``records(chunks)`` takes a ``ChunksWithPixels``, whose
+    chunks are decoded as it asks for them, and yields ``(index, records)`` as chunks finish; it should hold only
+    the chunks it is scoring) and journaled as each arrives. An exception of the executor propagates unchanged:
+    what was journaled before it stays."""
+    cell = JournaledCell(journal, rows, chunks, on_chunk, on_done)
+    for index, records in executor.records(cell.chunks()):
+        cell.finish(index, records)
+    return cell.records()

@@ -2,7 +2,8 @@
 
 ``RayActorPool.records(shards)`` keeps ``LocalExecutor``'s contract: it yields ``(index, records)`` of each
 shard as an actor finishes it, in any order, and each shard is scored in one ``Scoring.records`` call, so
-its batches are the local run's and so are its records. Scheduling: an actor has at most ``PIPELINE``
+its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a feed as
+actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's cells). Scheduling: an actor has at most ``PIPELINE``
 shards in flight (one scoring, one waiting, so it never idles while the next is sent). A free actor takes,
 among the next waiting shards, the one with most rows whose image it was the first to score (their home),
 then one no actor has seen, so an image's later families (its rephrasings, its languages) meet the
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
@@ -55,7 +56,7 @@ class Shard:
     """Rows sent to one actor's ``method`` (``records``: scored; ``variants``: a family's variants built), with
     ``args`` after the rows."""
 
-    index: int
+    index: object  # what ``results`` yields it with (a number, or a stream's (cell, kind, number))
     source: str
     rows: Sequence[Row]
     method: str = "records"
@@ -65,6 +66,23 @@ class Shard:
 
     def __post_init__(self):
         self.clusters = Counter(r.cluster for r in self.rows)
+
+
+class Feed(Protocol):
+    """Where ``RayActorPool.results`` takes shards from: ``take(n)`` gives up to ``n`` shards ready now (none when
+    every shard left waits for results still to come, or when there are no more)."""
+
+    def take(self, n: int) -> list[Shard]: ...
+
+
+class ShardsOf:
+    """A ``Feed`` of shards known in advance, taken in order."""
+
+    def __init__(self, shards: Iterable[Shard]):
+        self.shards = iter(shards)
+
+    def take(self, n: int) -> list[Shard]:
+        return list(islice(self.shards, n))
 
 
 def _cause(exc: Exception) -> BaseException:
@@ -91,6 +109,7 @@ class RayActorPool:
         self._loads = dict(loads)
         self.sources: list[str] = []  # the sources every actor has loaded
         self.home: dict[str, int] = {}  # image cluster -> the slot that scored it first
+        self.failed: Shard | None = None  # the shard whose error ``results`` raised last
         self.slots = [self._new_slot(i) for i in range(n_actors)]
         for slot in self.slots:
             self._wait_ready(slot)
@@ -196,29 +215,37 @@ class RayActorPool:
 
     def records(self, source: str, shards: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         """``(index, records)`` of each shard of ``source`` rows as it finishes (see the module doc)."""
-        return self._results(Shard(i, source, rows) for i, rows in enumerate(shards))
+        return self.results(ShardsOf(Shard(i, source, rows) for i, rows in enumerate(shards)))
+
+    def variant_groups(self, rows: Sequence[Row]) -> list[Sequence[Row]]:
+        """``rows`` (source rows) in the groups whose variants one actor builds in one call: ``VARIANT_GROUP_ROWS``
+        rows at most, at least ``LOOKAHEAD`` groups per actor where there are enough rows."""
+        size = max(1, min(VARIANT_GROUP_ROWS, -(-len(rows) // (LOOKAHEAD * len(self.slots)))))
+        return [rows[i:i + size] for i in range(0, len(rows), size)]
 
     def variants(self, source: str, family: str, rows: Sequence[Row], seed: int) -> list[Row]:
-        """``family``'s variant rows of the source ``rows``, in their order, built on the actors (groups of
-        ``VARIANT_GROUP_ROWS`` rows at most, at least ``LOOKAHEAD`` groups per actor where there are enough rows):
-        each group's images wait in the store of the actor that built it, which is their clusters' home, so the
-        chunks that score them mostly go there (another actor builds them again)."""
-        size = max(1, min(VARIANT_GROUP_ROWS, -(-len(rows) // (LOOKAHEAD * len(self.slots)))))
-        groups = [rows[i:i + size] for i in range(0, len(rows), size)]
-        built: dict[int, list[Row]] = dict(self._results(
-            Shard(i, source, group, "variants", (family, seed)) for i, group in enumerate(groups)))
+        """``family``'s variant rows of the source ``rows``, in their order, built on the actors (one call per
+        ``variant_groups`` group): each group's images wait in the store of the actor that built it, which is their
+        clusters' home, so the chunks that score them mostly go there (another actor builds them again)."""
+        groups = self.variant_groups(rows)
+        built: dict[int, list[Row]] = dict(self.results(ShardsOf(
+            Shard(i, source, group, "variants", (family, seed)) for i, group in enumerate(groups))))
         return [row for i in range(len(groups)) for row in built[i]]
 
-    def _results(self, incoming: Iterator[Shard]) -> Iterator[tuple[int, list]]:
-        """``(index, result)`` of each shard as an actor finishes it (see the module doc)."""
+    def results(self, feed: "Feed") -> Iterator[tuple[object, list]]:
+        """``(index, result)`` of each shard ``feed`` gives, as an actor finishes it (see the module doc). The feed
+        is asked for more shards whenever fewer than ``LOOKAHEAD`` per actor wait, so it may give shards that depend
+        on results already yielded (a stream of cells). A shard whose scorer raised is ``failed`` when the
+        exception propagates."""
         import ray
         from ray.exceptions import RayActorError
 
         waiting: list[Shard] = []
         running: dict[object, tuple[Slot, object, Shard | None]] = {}  # ref -> (slot, its actor, shard or None)
+        self.failed = None
         try:
             while True:
-                waiting += islice(incoming, max(0, LOOKAHEAD * len(self.slots) - len(waiting)))
+                waiting += feed.take(max(0, LOOKAHEAD * len(self.slots) - len(waiting)))
                 self._dispatch(waiting, running)
                 if not running:
                     return
@@ -237,14 +264,17 @@ class RayActorPool:
                     self._lost(slot, actor, shard, exc, waiting)
                     continue
                 except Exception as exc:
+                    self.failed = shard
                     raise _cause(exc) from None
                 slot.in_flight -= 1
                 yield shard.index, result
         finally:  # stopped early: the shards still queued are not scored (an actor that is loading goes on)
             lost = self.cluster is not None and self.cluster.lost
-            for ref, (_, _, shard) in [] if lost else running.items():
+            for ref, (slot, actor, shard) in running.items():
                 if shard is not None:
-                    ray.cancel(ref)
+                    slot.in_flight -= slot.actor is actor  # a later call may send its shards again
+                    if not lost:
+                        ray.cancel(ref)
 
     def _dispatch(self, waiting: list[Shard], running: dict) -> None:
         """Hand waiting shards to the ready actors with room, the least busy first; watch loading actors."""
@@ -283,6 +313,7 @@ class RayActorPool:
             self._replace(slot)
         shard.attempts += 1
         if shard.attempts >= MAX_ATTEMPTS:
+            self.failed = shard
             raise HarnessError(f"{self.label}: shard {shard.index} ({len(shard.rows)} rows from "
                                f"{shard.rows[0].row_id}) was lost with {MAX_ATTEMPTS} Ray actors in turn; "
                                f"the last: {exc}") from None

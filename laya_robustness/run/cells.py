@@ -1,0 +1,72 @@
+"""One cell's scoring (a family on one dataset and device): its rows in the local run's chunks, journaled as they
+are scored, its progress shown while a caller waits for it, and its variant images let go as its rows are done.
+The same whether the cell is scored alone (``CellWork.score``) or in a stream of cells (``run.executors.ray_stream``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from laya_robustness.records import Record
+from laya_robustness.rows import Row
+from laya_robustness.run.scoring import JournaledCell
+from laya_robustness.run.variants import VariantImages
+
+#: ``progress(total)`` -> a tracker with ``update(n)`` and ``close()`` (``run.gate_run.Progress`` of one cell).
+CellProgress = Callable[[int], object]
+
+
+class CellWork:
+    """The scoring of one cell's ``rows`` (``run.scoring.JournaledCell`` over ``chunks``), its variant images
+    (``run.variants.VariantImages``) let go as rows are done. Progress is shown once a caller waits for the cell
+    (``show``): a cell scored ahead of its test shows nothing until its test runs."""
+
+    def __init__(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]], journal, images: VariantImages):
+        self.rows, self.images = rows, images
+        self.rows_done, self._tracker = 0, None
+        self.scoring = JournaledCell(journal, rows, chunks, self._chunk_done, images.done)
+        self.closed = False
+
+    def _chunk_done(self, n: int) -> None:
+        self.rows_done += n
+        if self._tracker is not None:
+            self._tracker.update(n)
+
+    def show(self, progress: CellProgress) -> None:
+        """Show this cell's progress from now on (the rows already done counted at once)."""
+        if self._tracker is None:
+            self._tracker = progress(len(self.rows))
+            self._tracker.update(self.rows_done)
+
+    def close(self) -> None:
+        """The cell is over (done, or stopped): close its progress and let every variant image go."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._tracker is not None:
+            self._tracker.close()
+        self.images.all_done()
+
+    def score(self, executor, progress: CellProgress) -> list[Record]:
+        """Score the cell now on ``executor`` (``records(chunks)``, see ``run.scoring.score_journaled``)."""
+        self.show(progress)
+        try:
+            for index, records in executor.records(self.scoring.chunks()):
+                self.scoring.finish(index, records)
+        finally:
+            self.close()
+        return self.scoring.records()
+
+
+@dataclass
+class CellPlan:
+    """What a stream needs of one planned cell: its ``rows`` when they are known before scoring, or ``build``
+    (family, source rows, seed) when the executor builds them, and ``start(rows)``, which gives their
+    ``CellWork`` (variant rows built elsewhere made this process's own first)."""
+
+    key: tuple
+    start: Callable[[list[Row]], CellWork]
+    rows: Sequence[Row] | None = None
+    build: tuple | None = None
+

@@ -1,0 +1,86 @@
+"""A run's cells on their way to being scored: the rows each (family, dataset) scores, the ``run.cells.CellWork``
+that scores them, and the cells the run's checks will ask for (``plan``), scored as one stream where the executor
+streams (a Ray pool: ``run.executors.ray_stream``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from laya_robustness.families import get_family
+from laya_robustness.records import ORIG
+from laya_robustness.run.cells import CellPlan, CellWork
+from laya_robustness.run.executors.ray_stream import stream_of
+from laya_robustness.run.scoring import scoring_chunks
+from laya_robustness.run.variants import VariantImages, adopt, builds_on_executor, family_variants
+from laya_robustness.scoring.base import capabilities
+
+
+class PlannedCells:
+    """The cells of ``run`` (a ``run.gate_run.GateRun``): their rows, their scoring, their plan and streams."""
+
+    def __init__(self, run):
+        self.run = run
+        self.planned: list[tuple[str, str, str]] = []
+        self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its RayStream, or None
+
+    def source_rows(self, family: str, dataset: str) -> list:
+        """The source rows of ``family`` on ``dataset`` (question rows, or caption rows)."""
+        run = self.run
+        return (run.caption_rows if run.source_of(family, dataset) == "captions" else run.rows)[dataset]
+
+    def rows(self, family: str, dataset: str, executor=None):
+        """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
+        family allows (``run.variants``); built by ``executor`` where it builds them (a Ray pool: on its actors)."""
+        run = self.run
+        if run.variants is not None and (family, dataset) in run.variants:
+            return run.variants[(family, dataset)]
+        source = self.source_rows(family, dataset)
+        if family != ORIG and hasattr(executor, "variants") and builds_on_executor(family):
+            rows = adopt(executor.variants(family, source, run.settings.seed), source, run.inputs.images)
+        else:
+            rows = family_variants(family, source, run.settings.seed, run.inputs.images)
+        declared = get_family(family)
+        if run.variants is not None and not (declared.reads_pixels and not declared.row_wise):
+            run.variants[(family, dataset)] = rows  # their images wait in the store (not held), rebuilt when gone
+        return rows
+
+    def work(self, rows, journal, executor, scorer=None) -> CellWork:
+        """The scoring of one cell's ``rows`` in the local run's chunks (``run.cells.CellWork``)."""
+        run = self.run
+        chunks = scoring_chunks(rows, run.settings.scoring_path, run.settings.batch_size,
+                                per_row=scorer is not None and capabilities(scorer).answers_in_text)
+        return CellWork(rows, chunks, journal, VariantImages(rows, run.inputs.images, executor,
+                                                             give_back=run.kept_freed_memory))
+
+    def plan(self, cells: Sequence[tuple[str, str, str]]) -> None:
+        """The (family, dataset, device) cells the checks will ask for, in order; each family's orig cell before
+        it (a family's check scores the orig rows of its dataset first)."""
+        planned = [c for f, d, dev in cells for c in ([(ORIG, d, dev)] if f != ORIG else []) + [(f, d, dev)]]
+        self.planned = list(dict.fromkeys(planned))
+
+    def stream(self, device: str, source: str, executor):
+        """The stream of the ``source`` cells planned on ``device`` and not scored yet: None where the executor
+        scores in this process, or where the run keeps its rows for a later run (a model gated as it trains)."""
+        run = self.run
+        if (device, source) not in self.streams and run.variants is None:
+            keys = [c for c in self.planned if c[2] == device and run.source_of(c[0], c[1]) == source
+                    and c not in run.scored]
+            self.streams[(device, source)] = stream_of(executor, keys, lambda key: self._cell_plan(key, executor))
+        return self.streams.get((device, source))
+
+    def _cell_plan(self, key: tuple[str, str, str], executor) -> CellPlan:
+        """How the stream gets cell ``key``'s rows: built on the actors (a pixel family), else built here."""
+        run, (family, dataset, device) = self.run, key
+        journal = run.journal(device, run.source_of(family, dataset))
+        source, seed = self.source_rows(family, dataset), run.settings.seed
+        if family != ORIG and builds_on_executor(family):
+            return CellPlan(key, lambda rows: self.work(adopt(rows, source, run.inputs.images), journal, executor),
+                            build=(family, source, seed))
+        return CellPlan(key, lambda rows: self.work(rows, journal, executor),
+                        rows=family_variants(family, source, seed, run.inputs.images))
+
+    def close(self) -> None:
+        """Stop every stream (what is in flight is cancelled; what was journaled stays)."""
+        for stream in self.streams.values():
+            if stream is not None:
+                stream.close()
