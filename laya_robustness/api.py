@@ -209,8 +209,8 @@ def judge_run(run: GateRun, invariance: bool = True, write: bool = False) -> Gat
     run.models.connect_cluster()
     if run.models.served and (why := run.models.endpoint_unreachable()):
         raise HarnessError(why, stops_run=True)
-    family_cells = [(family.name, dataset) for family in declared() if family.name == ORIG or family.name in run.families
-                    for dataset in run.rows_of(family.name)]
+    family_cells = [(family.name, dataset) for family in declared()
+                    if family.name == ORIG or family.name in run.families for dataset in run.rows_of(family.name)]
     checks: list[tuple[str, Callable[[], Any]]] = [
         (f"{f}[{d}-{device}]", lambda f=f, d=d: run.check_family(f, d, device)) for f, d in family_cells]
     runnable = set(run.run_cells())  # on Ray, scored as one stream from the first check on, in the checks' order

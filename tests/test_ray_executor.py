@@ -211,6 +211,24 @@ def test_pixel_families_are_built_on_the_actors_and_score_as_locally(project, ra
     assert {r["family"] for r in records} >= set(PIXEL_FAMILIES)
 
 
+def test_each_variant_image_is_built_once_on_the_actor_that_builds_it_and_taken_from_there(project, ray_head,
+                                                                                           tmp_path, monkeypatch):
+    """Chunks of 256 rows leave room to keep every variant image of this run: each is built once (counted on the
+    actors, in summary.json's executor meta) and kept in Ray's object store, from which the actor that scores it
+    takes it where its own store does not hold it: none is built again. The predictions are the local run's."""
+    run = ("--scorer", "fakes:pixels", "--families", ",".join(PIXEL_FAMILIES), "--batch-size", "16")
+    status, out = gate_run(project, *run, "--report-dir", "once-local")
+    assert status == 0, out
+    status, out = gate_run(project, *run, "--report-dir", "once-ray", "--executor", "ray", "--ray-address", ray_head,
+                           job=job_env())
+    assert status == 0, out
+    _same_reports(project / "once-ray", project / "once-local")
+    counts = json.loads((project / "once-ray" / "summary.json").read_text())["meta"]["executor"]["variant_images"]
+    records = _records(project / "once-ray" / "predictions.jsonl.gz")
+    variant_images = sum(r["n_images"] for r in records if r["family"] in PIXEL_FAMILIES)
+    assert counts["built"] == counts["kept"] == variant_images and counts["built_again"] == 0, counts
+
+
 def test_the_cells_are_scored_as_one_stream_each_test_waiting_for_its_own(project, local, ray_head, tmp_path):
     """Every orig cell is one chunk of 24 rows: scored cell after cell, the second actor would idle while the first
     scores the first cell. As one stream, the next cells' chunks start before the first cell's last one ends, the

@@ -20,13 +20,28 @@ CellProgress = Callable[[int], object]
 class CellWork:
     """The scoring of one cell's ``rows`` (``run.scoring.JournaledCell`` over ``chunks``), its variant images
     (``run.variants.VariantImages``) let go as rows are done. Progress is shown once a caller waits for the cell
-    (``show``): a cell scored ahead of its test shows nothing until its test runs."""
+    (``show``): a cell scored ahead of its test shows nothing until its test runs. A cell whose rows arrive as they
+    are built starts ``complete=False``, is given them with ``extend`` and is told ``finished_rows`` after the last."""
 
-    def __init__(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]], journal, images: VariantImages):
-        self.rows, self.images = rows, images
+    def __init__(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]], journal, images: VariantImages,
+                 complete: bool = True):
+        self.images = images
         self.rows_done, self._tracker = 0, None
-        self.scoring = JournaledCell(journal, rows, chunks, self._chunk_done, images.done)
+        self.scoring = JournaledCell(journal, rows, chunks, self._chunk_done, images.done, complete)
         self.closed = False
+
+    @property
+    def rows(self) -> list[Row]:
+        return self.scoring.rows
+
+    def extend(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]]) -> None:
+        """More of the cell's rows, and the chunks they make (positions in the whole cell)."""
+        self.images.add(rows)
+        self.scoring.extend(rows, chunks)
+
+    def finished_rows(self) -> None:
+        """No more rows will come."""
+        self.scoring.complete = True
 
     def _chunk_done(self, n: int) -> None:
         self.rows_done += n
@@ -62,11 +77,15 @@ class CellWork:
 @dataclass
 class CellPlan:
     """What a stream needs of one planned cell: its ``rows`` when they are known before scoring, or ``build``
-    (family, source rows, seed) when the executor builds them, and ``start(rows)``, which gives their
-    ``CellWork`` (variant rows built elsewhere made this process's own first)."""
+    (family, source rows, seed) when the executor builds them, each built group made this process's own by
+    ``adopt``; ``work()``, an empty ``CellWork`` (``complete=False``) for its rows; ``chunks(rows)``, the local
+    run's chunks of the cell's whole rows, and ``chunk_rows``, their size where they are consecutive slices of
+    that many rows (the batch path), so they can be cut as the rows arrive (None: once all have)."""
 
     key: tuple
-    start: Callable[[list[Row]], CellWork]
+    work: Callable[[], CellWork]
+    chunks: Callable[[Sequence[Row]], list[list[int]]]
+    chunk_rows: int | None = None
     rows: Sequence[Row] | None = None
     build: tuple | None = None
-
+    adopt: Callable[[list[Row]], list[Row]] = list

@@ -10,7 +10,7 @@ from laya_robustness.families import get_family
 from laya_robustness.records import ORIG
 from laya_robustness.run.cells import CellPlan, CellWork
 from laya_robustness.run.executors.ray_stream import stream_of
-from laya_robustness.run.scoring import scoring_chunks
+from laya_robustness.run.scoring import CHUNK_BATCHES, scoring_chunks
 from laya_robustness.run.variants import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
 
@@ -44,13 +44,17 @@ class PlannedCells:
             run.variants[(family, dataset)] = rows  # their images wait in the store (not held), rebuilt when gone
         return rows
 
-    def work(self, rows, journal, executor, scorer=None) -> CellWork:
+    def work(self, rows, journal, executor, scorer=None, complete: bool = True) -> CellWork:
         """The scoring of one cell's ``rows`` in the local run's chunks (``run.cells.CellWork``)."""
         run = self.run
-        chunks = scoring_chunks(rows, run.settings.scoring_path, run.settings.batch_size,
-                                per_row=scorer is not None and capabilities(scorer).answers_in_text)
-        return CellWork(rows, chunks, journal, VariantImages(rows, run.inputs.images, executor,
-                                                             give_back=run.kept_freed_memory))
+        return CellWork(rows, self.chunks(rows, scorer), journal,
+                        VariantImages(rows, run.inputs.images, executor, give_back=run.kept_freed_memory), complete)
+
+    def chunks(self, rows, scorer=None) -> list[list[int]]:
+        """The local run's chunks of one cell's ``rows`` (``run.scoring.scoring_chunks``)."""
+        s = self.run.settings
+        return scoring_chunks(rows, s.scoring_path, s.batch_size,
+                              per_row=scorer is not None and capabilities(scorer).answers_in_text)
 
     def plan(self, cells: Sequence[tuple[str, str, str]]) -> None:
         """The (family, dataset, device) cells the checks will ask for, in order; each family's orig cell before
@@ -72,12 +76,14 @@ class PlannedCells:
         """How the stream gets cell ``key``'s rows: built on the actors (a pixel family), else built here."""
         run, (family, dataset, device) = self.run, key
         journal = run.journal(device, run.source_of(family, dataset))
-        source, seed = self.source_rows(family, dataset), run.settings.seed
+        source, seed, s = self.source_rows(family, dataset), run.settings.seed, run.settings
+        plan = CellPlan(key, lambda: self.work([], journal, executor, complete=False), self.chunks,
+                        chunk_rows=CHUNK_BATCHES * s.batch_size if s.scoring_path == "batch" else None)
         if family != ORIG and builds_on_executor(family):
-            return CellPlan(key, lambda rows: self.work(adopt(rows, source, run.inputs.images), journal, executor),
-                            build=(family, source, seed))
-        return CellPlan(key, lambda rows: self.work(rows, journal, executor),
-                        rows=family_variants(family, source, seed, run.inputs.images))
+            plan.build, plan.adopt = (family, source, seed), lambda rows: adopt(rows, source, run.inputs.images)
+        else:
+            plan.rows = family_variants(family, source, seed, run.inputs.images)
+        return plan
 
     def close(self) -> None:
         """Stop every stream (what is in flight is cancelled; what was journaled stays)."""

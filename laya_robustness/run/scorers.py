@@ -252,7 +252,8 @@ class RunScorers:
 
     def executor_meta(self, device: str) -> dict | None:
         """Where the scoring of ``device`` ran, for the reports' meta: None when in this process (the executor
-        is local); for Ray the address, the actors, their nodes and devices, and how many were replaced."""
+        is local); for Ray the address, the actors, their nodes and devices, how many were replaced and how
+        often they built, kept, took and built again a variant image."""
         if not self.uses_ray:
             return None
         pool = self._pools.get(device)

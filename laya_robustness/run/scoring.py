@@ -174,16 +174,27 @@ class JournaledCell:
     records)`` gives the records of pending chunk ``i``, which are appended to the journal. ``on_chunk(n)`` is told
     the size of every chunk done (the progress bar) and ``on_done(rows)`` its rows, those found in the journal as
     they are found and those scored as they are scored (the run lets the variant images go that no row still waits
-    for)."""
+    for). A cell whose rows arrive as they are built starts ``complete=False`` and is given them with ``extend``
+    (the chunks' positions count from the cell's first row) until ``complete`` is set."""
 
     def __init__(self, journal: Journal, rows: Sequence[Row], chunks: Sequence[Sequence[int]],
                  on_chunk: Callable[[int], None] = lambda n: None,
-                 on_done: Callable[[list[Row]], None] = lambda rows: None):
-        self.journal, self.rows, self.on_chunk, self.on_done = journal, rows, on_chunk, on_done
-        self.out: list[Record | None] = [None] * len(rows)
-        self.keys = [row_key(journal.config, row) for row in rows]
+                 on_done: Callable[[list[Row]], None] = lambda rows: None, complete: bool = True):
+        self.journal, self.on_chunk, self.on_done = journal, on_chunk, on_done
+        self.rows: list[Row] = []
+        self.out: list[Record | None] = []
+        self.keys: list[str] = []
         self.pending: list[tuple[list[int], int]] = []
         self.left = 0  # pending chunks not finished yet
+        self.extend(rows, chunks)
+        self.complete = complete
+
+    def extend(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]]) -> None:
+        """More rows of the cell and the chunks they make (positions in the whole cell)."""
+        journal = self.journal
+        self.rows += rows
+        self.out += [None] * len(rows)
+        self.keys += [row_key(journal.config, row) for row in rows]
         for chunk in chunks:
             missing, found = [], []
             for i in chunk:
@@ -191,16 +202,17 @@ class JournaledCell:
             for i in found:
                 self.out[i] = Record.parse(journal.known[self.keys[i]], f"journal record {self.keys[i]}")
             if found:
-                on_done([rows[i] for i in found])
+                self.on_done([self.rows[i] for i in found])
             if missing:
                 self.pending.append((missing, len(chunk)))
+                self.left += 1
             else:
-                on_chunk(len(chunk))
-        self.left = len(self.pending)
+                self.on_chunk(len(chunk))
 
-    def chunks(self) -> ChunksWithPixels:
-        """The pending chunks, each given its pixels when it is asked for (what an executor's ``records`` takes)."""
-        return ChunksWithPixels(self.rows, [positions for positions, _ in self.pending])
+    def chunks(self, start: int = 0) -> ChunksWithPixels:
+        """The pending chunks from ``start`` on, each given its pixels when it is asked for (what an executor's
+        ``records`` takes; its indices count from ``start``)."""
+        return ChunksWithPixels(self.rows, [positions for positions, _ in self.pending[start:]])
 
     def finish(self, index: int, records: Sequence[Record]) -> None:
         """Pending chunk ``index`` was scored: keep and journal its records."""
@@ -214,7 +226,7 @@ class JournaledCell:
 
     @property
     def done(self) -> bool:
-        return self.left == 0
+        return self.complete and self.left == 0
 
     def records(self) -> list[Record]:
         """The records of every row, in row order (once ``done``)."""

@@ -22,15 +22,23 @@ rows, so the records and the journal keys are the same.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
+
+import numpy as np
+from PIL import Image
 
 from laya_robustness.families import BUILD_THREADS, build_variants, get_family
-from laya_robustness.rows import PendingImage, Row, image_digest
+from laya_robustness.rows import PendingImage, Row, image_digest, remember_digest
 from laya_robustness.run.images import ImageSource, ImageStore, decoded_bytes, streamed_map
 from laya_robustness.scoring.malloc import give_back_freed_memory
 
 #: Source rows of a pixel family under way at once on the build threads (their variants held until stored).
 BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
+#: Variant images this process built (``built``: in ``family_variants``), kept in Ray's object store (``kept``),
+#: took from there (``fetched``) and built again where they were scored (``built_again``).
+IMAGE_COUNTS: Counter = Counter()
+#: Seconds an actor waits for variant images another actor keeps before it builds them itself.
+FETCH_TIMEOUT_S = 60.0
 #: Mean source-image pixels a row from which a pixel family is built on the build threads; below it, one thread
 #: builds faster, since the Python work between Pillow and numpy calls, which holds the GIL, outweighs the calls.
 #: On two cores, building every default pixel family: 64 x 64 images 8.5 s on one thread against 12.4 s on two,
@@ -38,9 +46,12 @@ BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
 PARALLEL_BUILD_MIN_PIXELS = 256 * 256
 
 
-def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore) -> list[Row]:
+def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore,
+                    on_built: Callable[[VariantBuild, list], None] | None = None) -> list[Row]:
     """The rows family ``name`` scores for ``rows`` (the source rows of one dataset), their images waiting in
-    ``store`` where the family's rule allows (see the module doc)."""
+    ``store`` where the family's rule allows (see the module doc). ``on_built(build, images)`` is given each source
+    row's new images as they are built, with the ``VariantBuild`` that would build them again (a Ray actor keeps
+    them for the actor that scores them: ``VariantBuild.ref``)."""
     family = get_family(name)
     if not family.reads_pixels or not family.row_wise:
         return build_variants(name, rows, seed)
@@ -49,6 +60,11 @@ def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore
     for row, variants in zip(rows, streamed_map(lambda r: _keyed(build_variants(name, [r], seed)), rows, ahead)):
         source = ImageSource(store, VariantBuild(name, row, seed), f"{name} of row {row.row_id!r}", keep=False)
         passed = {im.digest: im for im in row.images if isinstance(im, PendingImage)}
+        built = [im for v in variants for im in v.images if not isinstance(im, PendingImage)
+                 and image_digest(im) not in passed]
+        IMAGE_COUNTS["built"] += len(built)
+        if on_built is not None:
+            on_built(source.make, built)
         out += [_waiting(variant, passed, source) for variant in variants]
     return out
 
@@ -96,18 +112,61 @@ def _keyed(variants: list[Row]) -> list[Row]:
 class VariantBuild:
     """``make`` of one source row's variant images in family ``name``: the row's variants built again. It travels
     (``run.images.ImageSource``) with the row and its images' sources, so a Ray actor builds them where it scores
-    them."""
+    them. ``ref``: where the actor that first built them keeps them (a Ray object of (content key, image) pairs,
+    ``nbytes`` decoded): another actor takes them from there instead of building them again, and builds them again
+    only when the object is gone (its owner lost); ``release`` lets it go."""
 
     portable = True
 
     def __init__(self, name: str, row: Row, seed: int):
         self.name, self.row, self.seed = name, row, seed
+        self.ref, self.nbytes = None, 0
 
     def __call__(self) -> list:
-        return [im for variant in build_variants(self.name, [self.row], self.seed) for im in variant.images]
+        if self.ref is not None:
+            kept = _fetched(self.ref)
+            if kept is not None:
+                IMAGE_COUNTS["fetched"] += len(kept)
+                return kept
+        images = [im for variant in build_variants(self.name, [self.row], self.seed) for im in variant.images]
+        IMAGE_COUNTS["built_again"] += len(images)
+        return images
+
+    def keep(self, images: list) -> None:
+        """Keep ``images`` (this row's new images, just built) in Ray's object store for the actor that scores them."""
+        import ray
+
+        self.ref = ray.put([(image_digest(im), _portable(im)) for im in images])
+        IMAGE_COUNTS["kept"] += len(images)
+        self.nbytes = sum(decoded_bytes(im.mode, im.size) for im in images)
+
+    def release(self) -> None:
+        self.ref = None
 
     def travelling(self) -> VariantBuild:
         return self
+
+
+def _fetched(ref) -> list | None:
+    """The images a Ray object keeps (their content keys known without hashing again), or None when it is gone."""
+    import ray
+    from ray.exceptions import ObjectLostError
+
+    try:
+        pairs = ray.get(ref, timeout=FETCH_TIMEOUT_S)
+    except (ObjectLostError, ray.exceptions.GetTimeoutError):
+        return None
+    images = [Image.fromarray(kept) if isinstance(kept, np.ndarray) else kept for _, kept in pairs]
+    for (digest, _), image in zip(pairs, images):
+        remember_digest(image, digest)
+    return images
+
+
+def _portable(image):
+    """``image`` as Ray keeps it: the array of its pixels where the array gives them back exactly (L, RGB, RGBA: Ray
+    stores and reads it without copying, where an image is pickled through ``tobytes``, 12 times slower), else the
+    image itself."""
+    return np.asarray(image) if image.mode in ("L", "RGB", "RGBA") else image
 
 
 def _waiting(variant: Row, passed: dict[str, PendingImage], source: ImageSource) -> Row:
@@ -128,19 +187,41 @@ def variant_digests(row: Row) -> list[str]:
 class VariantImages:
     """A cell's variant images, each let go as soon as the last row about it is done (scored, or found in the
     journal): the store forgets it, and so does ``holder`` where it can (``forget_images``: the scorer's pixels,
-    vision features and prompt prefix; on Ray, the executor tells its actors' scorers). An image whose rows span
+    vision features and prompt prefix; on Ray, the executor tells its actors' scorers), and once every image of a
+    source row is let go, the Ray object that kept them (``VariantBuild.release``). An image whose rows span
     two chunks stays until the second, so it is neither rebuilt nor encoded again, and what the run holds of
-    variant images does not grow with the rows.
+    variant images does not grow with the rows. ``add(rows)`` gives it more of the cell's rows (a cell whose rows
+    arrive as they are built).
 
     ``give_back``: malloc keeps freed memory (``scoring.malloc``): it is given back once the images let go since the
     last time hold half the store's budget, and when the cell is over."""
 
     def __init__(self, rows: Sequence[Row], store: ImageStore, holder=None, give_back: bool = False):
         self.store, self.holder, self.give_back = store, holder, give_back
-        self.waiting = Counter(digest for row in rows for digest in variant_digests(row))
-        self.sizes = {im.digest: decoded_bytes(im.mode, im.size) for row in rows for im in row.images
-                      if isinstance(im, PendingImage) and im.digest in self.waiting}
+        self.waiting: Counter = Counter()
+        self.sizes: dict[str, int] = {}
+        self.builds: dict[str, VariantBuild] = {}  # content key -> the build whose Ray object keeps it
+        self.images_of: Counter = Counter()  # id(build) -> its images still waited for
         self.let_go = 0  # decoded bytes of the images let go since freed memory was last given back
+        self.add(rows)
+
+    def add(self, rows: Sequence[Row]) -> None:
+        """More rows of the cell, whose variant images wait until they are done too."""
+        for row in rows:
+            for im in row.images:
+                if isinstance(im, PendingImage) and isinstance(im.source, ImageSource) and not im.source.keep:
+                    if im.digest not in self.waiting:
+                        self.sizes[im.digest] = decoded_bytes(im.mode, im.size)
+                        build = im.source.make
+                        if getattr(build, "ref", None) is not None and im.digest not in self.builds:
+                            self.builds[im.digest] = build
+                            self.images_of[id(build)] += 1
+                    self.waiting[im.digest] += 1
+
+    @property
+    def kept_bytes(self) -> int:
+        """Decoded bytes of the images that Ray objects keep for this cell's rows still to be done."""
+        return sum(build.nbytes for build in {id(b): b for b in self.builds.values() if b.ref is not None}.values())
 
     def done(self, rows: Sequence[Row]) -> int:
         """``rows`` are done: let go of the images no row still waits for; their decoded bytes."""
@@ -163,6 +244,9 @@ class VariantImages:
         """The cell is over (finished or stopped): let go of every image still held (and give the memory back)."""
         gone, self.waiting = list(self.waiting), Counter()
         self._forget(gone)
+        for build in self.builds.values():
+            build.release()
+        self.builds, self.images_of = {}, Counter()
         if self.give_back:
             give_back_freed_memory()
 
@@ -170,6 +254,13 @@ class VariantImages:
         if not digests:
             return
         self.store.forget(digests)
+        for digest in digests:
+            build = self.builds.pop(digest, None)
+            if build is not None:
+                self.images_of[id(build)] -= 1
+                if not self.images_of[id(build)]:
+                    del self.images_of[id(build)]
+                    build.release()
         forget = getattr(self.holder, "forget_images", None)
         if forget is not None:
             forget(digests)

@@ -12,7 +12,7 @@ from laya_robustness.run.invariance import InvarianceRun
 from laya_robustness.run.meta import device_name
 from laya_robustness.run.models import load_source_scorer
 from laya_robustness.run.scoring import Scoring
-from laya_robustness.run.variants import family_variants
+from laya_robustness.run.variants import IMAGE_COUNTS, family_variants
 from laya_robustness.scoring.malloc import give_back_freed_memory
 
 
@@ -60,13 +60,21 @@ class ScoringActor:
         finally:
             give_back_freed_memory()
 
-    def variants(self, source: str, rows: Sequence[Row], family: str, seed: int) -> list[Row]:
+    def variants(self, source: str, rows: Sequence[Row], family: str, seed: int, keep: bool = False) -> list[Row]:
         """``family``'s variant rows of the source ``rows`` (``run.variants.family_variants``), built here: their
-        images wait in this actor's store, and travel back as the recipes that build them."""
+        images wait in this actor's store, and travel back as the recipes that build them; with ``keep``, each
+        source row's new images are also kept in Ray's object store for the actor that scores them
+        (``VariantBuild.keep``)."""
+        on_built = (lambda build, images: build.keep(images)) if keep else None
         try:
-            return family_variants(family, bind_images(rows, self.store), seed, self.store)
+            return family_variants(family, bind_images(rows, self.store), seed, self.store, on_built)
         finally:
             give_back_freed_memory()
+
+    def image_counts(self) -> dict:
+        """The variant images this actor built, kept, took from another actor and built again
+        (``run.variants.IMAGE_COUNTS``)."""
+        return dict(IMAGE_COUNTS)
 
     def forget_images(self, source: str, digests: Sequence[str]) -> None:
         """Let the store and ``source``'s scorer forget these images, where it can (``forget_images``;

@@ -2,15 +2,15 @@
 
 ``RayActorPool.records(shards)`` keeps ``LocalExecutor``'s contract: it yields ``(index, records)`` of each
 shard as an actor finishes it, in any order, and each shard is scored in one ``Scoring.records`` call, so
-its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a feed as
-actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's cells). Scheduling: an actor has at most ``PIPELINE``
-shards in flight (one scoring, one waiting, so it never idles while the next is sent). A free actor takes,
-among the next waiting shards, the one with most rows whose image it was the first to score (their home),
-then one no actor has seen, so an image's later families (its rephrasings, its languages) meet the
-features that actor's encode-once cache already holds. A shard whose actor dies (its process killed, its
-node lost) is sent again to another actor and the dead one is replaced; records are taken only from
-shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn,
-or an exception raised by the scorer (it would raise anywhere), stops the run.
+its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a feed
+as actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's
+cells). Scheduling: an actor has at most ``PIPELINE`` shards in flight (one scoring, one waiting, so it never
+idles while the next is sent). A free actor takes, among the next waiting shards, the one with most rows whose
+image it was the first to score (their home), then one no actor has seen, so an image's later families (its
+rephrasings, its languages) meet the features that actor's encode-once cache already holds. A shard whose actor
+dies (its process killed, its node lost) is sent again to another actor and the dead one is replaced; records
+are taken only from shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS``
+actors in turn, or an exception raised by the scorer (it would raise anywhere), stops the call.
 """
 
 from __future__ import annotations
@@ -196,7 +196,22 @@ class RayActorPool:
         nodes = Counter(s.where["node"] for s in self.slots if s.where)
         names = sorted({s.where["device_name"] for s in self.slots if s.where})
         return {"actors": len(self.slots), "nodes": dict(sorted(nodes.items())), "device_names": names,
-                "replaced_actors": self.replaced}
+                "replaced_actors": self.replaced, "variant_images": self.image_counts()}
+
+    def image_counts(self) -> dict:
+        """The variant images the actors built, kept for one another, took from one another and built again, summed
+        (``ScoringActor.image_counts``; an actor that was replaced took its counts with it); {} once the cluster
+        is lost."""
+        if self.cluster is not None and self.cluster.lost:
+            return {}
+        total: Counter = Counter({"built": 0, "kept": 0, "fetched": 0, "built_again": 0})
+        for slot in self.slots:
+            if slot.ready is None:
+                try:
+                    total.update(self.get(slot.actor.image_counts.remote()))
+                except Exception:  # an actor lost since its last shard: its counts are gone with it
+                    continue
+        return dict(total)
 
     def close(self) -> None:
         import ray
@@ -216,6 +231,12 @@ class RayActorPool:
     def records(self, source: str, shards: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         """``(index, records)`` of each shard of ``source`` rows as it finishes (see the module doc)."""
         return self.results(ShardsOf(Shard(i, source, rows) for i, rows in enumerate(shards)))
+
+    def object_store_bytes(self) -> int:
+        """The cluster's object store, in bytes (what Ray keeps objects in before it spills them to disk)."""
+        import ray
+
+        return int(ray.cluster_resources().get("object_store_memory", 0))
 
     def variant_groups(self, rows: Sequence[Row]) -> list[Sequence[Row]]:
         """``rows`` (source rows) in the groups whose variants one actor builds in one call: ``VARIANT_GROUP_ROWS``

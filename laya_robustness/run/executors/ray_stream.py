@@ -18,23 +18,32 @@ from __future__ import annotations
 from typing import Callable, Iterator, Sequence
 
 from laya_robustness.records import Record
-from laya_robustness.rows import Row
+from laya_robustness.rows import PendingImage, Row
 from laya_robustness.run.cells import CellPlan, CellProgress, CellWork
 from laya_robustness.run.executors.ray_pool import RayActorPool, Shard, SourceExecutor
+from laya_robustness.run.variants import VariantBuild
 
 BUILD, SCORE = "build", "score"
+#: Chunks per actor whose variant images the stream keeps built ahead of their scoring, at most.
+KEPT_CHUNKS_PER_ACTOR = 2
+#: Rows a chunk is taken to hold where the cells' chunks have no fixed size (the predict path).
+FALLBACK_CHUNK_ROWS = 256
 
 
 class StreamedCell:
-    """One planned cell in the stream: its plan once started, the groups its variants are built in, its work
-    once its rows are known, its shards waiting to be sent and in flight, and the error that ended it."""
+    """One planned cell in the stream: its plan and work once started, the groups its variants are built in (those
+    not sent yet, those back out of order, the next one its rows go on from), how many of its rows are in chunks,
+    its shards waiting to be sent and in flight, and the error that ended it."""
 
     def __init__(self, number: int, key: tuple):
         self.number, self.key = number, key
         self.plan: CellPlan | None = None
-        self.groups: list[Sequence[Row]] = []
-        self.built: dict[int, list[Row]] = {}
         self.work: CellWork | None = None
+        self.groups: list[Sequence[Row]] = []
+        self.to_build: list[int] = []
+        self.built: dict[int, list[Row]] = {}
+        self.next_group = 0
+        self.chunked = 0
         self.unsent: list[Shard] = []
         self.sent: dict[object, Shard] = {}
         self.error: BaseException | None = None
@@ -43,15 +52,31 @@ class StreamedCell:
     def over(self) -> bool:
         return self.error is not None or (self.work is not None and self.work.scoring.done)
 
+    @property
+    def has_rows(self) -> bool:
+        """Whether all its rows are known (its progress can say how many)."""
+        return self.work is not None and self.work.scoring.complete
+
+    def kept_bytes(self) -> int:
+        """Decoded bytes of the variant images Ray objects keep for its rows still to be scored."""
+        waiting = {id(b): b for rows in self.built.values() for b in _builds(rows) if b.ref is not None}
+        return sum(b.nbytes for b in waiting.values()) + (self.work.images.kept_bytes if self.work else 0)
+
     def fail(self, exc: BaseException) -> None:
-        self.error, self.unsent = exc, []
+        self.error, self.unsent, self.to_build = exc, [], []
         if self.work is not None:
             self.work.close()
 
 
 class RayStream:
     """The cells ``keys`` of ``source`` rows, scored on ``pool`` as one stream; ``plan_of(key)`` gives a cell's
-    ``CellPlan`` when the stream starts it. ``records(key, progress)`` waits for one cell."""
+    ``CellPlan`` when the stream starts it. ``records(key, progress)`` waits for one cell.
+
+    The variant images an actor builds are kept for the actor that scores them (``run.variants.VariantBuild``:
+    in Ray's object store, so they are built once) while the images kept for rows not yet scored stay under
+    ``KEPT_CHUNKS_PER_ACTOR`` chunks per actor (their bytes estimated from the groups built so far, at most half
+    the cluster's object store): past that, a group waits to be built while chunks are being scored, and is built
+    without keeping its images (rebuilt where scored) when none is."""
 
     def __init__(self, pool: RayActorPool, source: str, keys: Sequence[tuple], plan_of: Callable[[tuple], CellPlan]):
         self.pool, self.source, self.plan_of = pool, source, plan_of
@@ -60,6 +85,8 @@ class RayStream:
         self.started: list[StreamedCell] = []
         self.waited: StreamedCell | None = None
         self._results: Iterator | None = None
+        self.built_rows = self.built_bytes = 0  # variant rows built with their images kept, and those images' bytes
+        self.store_cap = pool.object_store_bytes() // 2 or float("inf")
 
     def records(self, key: tuple, progress: CellProgress) -> tuple[Sequence[Row], list[Record]]:
         """The rows and records of cell ``key``, once all its chunks are scored (its progress shown while it is
@@ -72,7 +99,7 @@ class RayStream:
             self._start(cell)
         shown = cell.over
         while not cell.over:
-            if cell.work is not None and not shown:
+            if cell.has_rows and not shown:
                 cell.work.show(progress)
                 shown = True
             if not self._step():
@@ -86,7 +113,7 @@ class RayStream:
 
     def take(self, n: int) -> list[Shard]:
         """Up to ``n`` shards to send: the waited cell's first, then the started cells' in plan order, then those
-        of cells started now, in plan order."""
+        of cells started now, in plan order; in each cell its chunks to score before its groups to build."""
         out: list[Shard] = []
         order = ([self.waited] if self.waited is not None else []) + self.started
         for cell in order:
@@ -105,6 +132,31 @@ class RayStream:
             cell.sent[shard.index] = shard
             out.append(shard)
             n -= 1
+        while cell.to_build and n > 0:
+            keep = self._room_to_keep()
+            if keep is None:
+                return
+            i = cell.to_build.pop(0)
+            family, _, seed = cell.plan.build
+            shard = Shard((cell.number, BUILD, i), self.source, cell.groups[i], "variants", (family, seed, keep))
+            cell.sent[shard.index] = shard
+            out.append(shard)
+            n -= 1
+
+    def _room_to_keep(self) -> bool | None:
+        """Whether a group sent to be built now keeps its images (True), is built without keeping them (False: no
+        room, and no chunk is being scored that would make room), or waits (None)."""
+        if not self.built_rows:
+            return True
+        per_row = self.built_bytes / self.built_rows
+        budget = min(KEPT_CHUNKS_PER_ACTOR * len(self.pool.slots) * self._chunk_rows() * per_row, self.store_cap)
+        if sum(cell.kept_bytes() for cell in self.started) < budget:
+            return True
+        scoring = any(s.index[1] == SCORE for cell in self.started for s in [*cell.sent.values(), *cell.unsent])
+        return None if scoring else False
+
+    def _chunk_rows(self) -> int:
+        return max((c.plan.chunk_rows or 0) for c in self.started if c.plan is not None) or FALLBACK_CHUNK_ROWS
 
     # -- cells ------------------------------------------------------------------------------------
 
@@ -113,38 +165,55 @@ class RayStream:
         self.started.append(cell)
         try:
             cell.plan = plan = self.plan_of(cell.key)
+            cell.work = plan.work()
             if plan.build is not None:
-                family, rows, seed = plan.build
-                cell.groups = self.pool.variant_groups(rows)
-                cell.unsent = [Shard((cell.number, BUILD, i), self.source, group, "variants", (family, seed))
-                               for i, group in enumerate(cell.groups)]
+                cell.groups = self.pool.variant_groups(plan.build[1])
+                cell.to_build = list(range(len(cell.groups)))
                 if not cell.groups:
-                    self._scoring(cell, [])
+                    self._rows_arrived(cell, [], last=True)
             else:
-                self._scoring(cell, list(plan.rows))
+                self._rows_arrived(cell, list(plan.rows), last=True)
         except Exception as exc:  # the rows could not be built: the cell's error, told to whoever waits for it
             cell.fail(exc)
 
-    def _scoring(self, cell: StreamedCell, rows: list[Row]) -> None:
-        cell.work = cell.plan.start(rows)
-        chunks = cell.work.scoring.chunks()
-        cell.unsent += [Shard((cell.number, SCORE, i), self.source, chunks.waiting(i)) for i in range(len(chunks))]
-        if cell.work.scoring.done:
-            cell.work.close()
+    def _rows_arrived(self, cell: StreamedCell, rows: list[Row], last: bool) -> None:
+        """More of the cell's rows, in order: the chunks they complete are sent to be scored (every chunk once the
+        last rows are in, where chunks are not consecutive slices)."""
+        work, size = cell.work, cell.plan.chunk_rows
+        work.extend(rows, [])
+        total, chunks = len(work.rows), []
+        if size:
+            while total - cell.chunked >= size or (last and cell.chunked < total):
+                chunks.append(list(range(cell.chunked, min(cell.chunked + size, total))))
+                cell.chunked = chunks[-1][-1] + 1
+        elif last:
+            chunks = cell.plan.chunks(work.rows)
+        first = len(work.scoring.pending)
+        work.extend([], chunks)
+        pending = work.scoring.chunks(first)
+        cell.unsent += [Shard((cell.number, SCORE, first + i), self.source, pending.waiting(i))
+                        for i in range(len(pending))]
+        if last:
+            work.finished_rows()
+            if work.scoring.done:
+                work.close()
 
     def _deliver(self, index: tuple, result: list) -> None:
         number, kind, i = index
         cell = self.cells[number]
-        cell.sent.pop(index, None)
+        shard = cell.sent.pop(index, None)
         if cell.error is not None:
             return
         try:
             if kind == BUILD:
+                if shard is not None and shard.args[2]:
+                    self.built_rows += len(result)
+                    self.built_bytes += sum(b.nbytes for b in {id(b): b for b in _builds(result)}.values())
                 cell.built[i] = result
-                if len(cell.built) == len(cell.groups):
-                    rows = [row for j in range(len(cell.groups)) for row in cell.built[j]]
-                    cell.built = {}
-                    self._scoring(cell, rows)
+                while cell.next_group in cell.built:
+                    rows = cell.plan.adopt(cell.built.pop(cell.next_group))
+                    cell.next_group += 1
+                    self._rows_arrived(cell, rows, last=cell.next_group == len(cell.groups))
             else:
                 cell.work.scoring.finish(i, result)
                 if cell.work.scoring.done:
@@ -172,7 +241,9 @@ class RayStream:
                 if failed is not None and failed.index[0] == cell.number:
                     cell.fail(exc)
                 else:
-                    cell.unsent[:0] = sorted(cell.sent.values(), key=lambda s: s.index[2])
+                    cell.unsent[:0] = sorted((s for s in cell.sent.values() if s.index[1] == SCORE),
+                                             key=lambda s: s.index[2])
+                    cell.to_build[:0] = sorted(s.index[2] for s in cell.sent.values() if s.index[1] == BUILD)
                     cell.sent = {}
             if failed is None:
                 raise
@@ -196,3 +267,9 @@ def stream_of(executor, keys: Sequence[tuple], plan_of: Callable[[tuple], CellPl
     if not isinstance(executor, SourceExecutor):
         return None
     return RayStream(executor.pool, executor.source, keys, plan_of)
+
+
+def _builds(rows: Sequence[Row]) -> list:
+    """The ``VariantBuild`` of each variant image of ``rows`` (one per image: the same build repeats)."""
+    return [im.source.make for row in rows for im in row.images
+            if isinstance(im, PendingImage) and isinstance(getattr(im.source, "make", None), VariantBuild)]
