@@ -13,7 +13,9 @@ and prints one JSON object::
     python scripts/ray_gate_scaling.py --actors 4 --rows 60,240 --per-row 0 --repeat 5   # memory against rows
 
 ``--code DIR`` runs another checkout's code (front end and actors) on the same rows, for a before / after.
-Peak memory: the front end's (``wait4``'s maxrss) and the largest actor's (its RSS sampled every 0.2 s).
+Peak memory: the front end's (``wait4``'s maxrss) and the largest actor's (its RSS sampled every 0.2 s); CPU: the
+front end's, the actors' together (sampled likewise: their last 0.2 s may be missed), and how busy the machine's
+cores were over the run (``machine_busy``: 1.0 is every core busy all the time, whatever ran on them).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class ActorMemory(threading.Thread):
     def __init__(self):
         super().__init__(daemon=True)
         self.peak, self.peak_uss, self.done = 0, 0, threading.Event()
+        self.cpu: dict[int, float] = {}  # actor pid -> its CPU seconds when last seen
 
     def run(self) -> None:
         import psutil
@@ -69,9 +72,11 @@ class ActorMemory(threading.Thread):
                     continue
                 try:
                     memory = process.memory_full_info()
+                    times = process.cpu_times()
                 except psutil.Error:
                     continue
                 self.peak, self.peak_uss = max(self.peak, memory.rss), max(self.peak_uss, memory.uss)
+                self.cpu[process.pid] = times.user + times.system
 
 
 def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: list[str]) -> dict:
@@ -83,13 +88,17 @@ def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: l
     cmd = [sys.executable, "-m", "pytest", "robustness_tests", "-q", "--scorer", "fakes:pixels", "--model", "fake",
            "--data", "rows", "--thresholds", "limits.toml", "--families", FAMILIES, "--report-dir", report,
            "-k", "not (snapshot or benchmark or invariance or gpu)", *executor_args]
+    import psutil
+
     memory = ActorMemory()
     memory.start()
+    busy_before = _busy_seconds(psutil.cpu_times())
     start = time.perf_counter()
     process = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
+    busy = _busy_seconds(psutil.cpu_times()) - busy_before
     memory.done.set()
     memory.join()
     if os.waitstatus_to_exitcode(status) not in (0, 1):
@@ -100,7 +109,13 @@ def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: l
         rows = sum(1 for _ in fh)
     return {"wall_s": wall, "front_cpu_s": usage.ru_utime + usage.ru_stime, "front_rss_mib": usage.ru_maxrss / 1024,
             "actor_rss_mib": memory.peak / 2**20, "actor_uss_mib": memory.peak_uss / 2**20, "rows": rows,
+            "actors_cpu_s": sum(memory.cpu.values()), "machine_busy": busy / (wall * (os.cpu_count() or 1)),
             "predictions": (folder / report / "predictions.jsonl.gz").read_bytes()}
+
+
+def _busy_seconds(times) -> float:
+    """CPU seconds the machine's cores spent on anything but idling (``psutil.cpu_times()``, all cores)."""
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
 def main() -> None:
@@ -129,7 +144,8 @@ def main() -> None:
                     assert all(r["predictions"] == local["predictions"] for r in runs[n]), f"{n} actors differ"
                 results[n_rows] = {str(k): {key: round(statistics.median(r[key] for r in v), 3)
                                             for key in ("wall_s", "front_cpu_s", "front_rss_mib", "actor_rss_mib",
-                                                        "actor_uss_mib", "rows")} for k, v in runs.items()}
+                                                        "actor_uss_mib", "actors_cpu_s", "machine_busy", "rows")}
+                                    for k, v in runs.items()}
                 for k, v in results[n_rows].items():
                     v["front_cpu_s_per_1000_rows"] = round(1000 * v["front_cpu_s"] / v["rows"], 3)
                 one = results[n_rows].get(str(sizes[0]))

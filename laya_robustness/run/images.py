@@ -19,6 +19,7 @@ pool. What is held at once is the store's bound and the chunks in hand, whatever
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -225,21 +226,40 @@ def waiting_rows(rows: Sequence[SourceRow], store: ImageStore) -> list[Row]:
 
 
 class DecodeImage:
-    """``make`` of a source image: ``ref`` (``loaders.images.ImageRef``) decoded. It travels as the file's bytes
-    (``travelling``), so an actor on another machine decodes the same pixels without the file."""
+    """``make`` of a source image: ``ref`` (``loaders.images.ImageRef``) decoded. It travels (``travelling``) as its
+    encoded bytes, so an actor on another machine decodes the same pixels without the file: once Ray is started in
+    this process, as one Ray object put once (``shared``: every chunk that names the image carries the object's
+    reference, not the bytes, so what the front end sends does not grow with the chunks), else as the bytes."""
 
     portable = True
 
-    def __init__(self, ref):
-        self.ref = ref
+    def __init__(self, ref, shared=None):
+        self.ref, self.shared = ref, shared
+        self._travelling: DecodeImage | None = None
 
     def __call__(self) -> list[Image.Image]:
-        return [self.ref.decode()]
+        if self.shared is None:
+            return [self.ref.decode()]
+        import ray
+
+        return [dataclasses.replace(self.ref, payload=ray.get(self.shared)).decode()]
 
     def travelling(self) -> DecodeImage:
-        if self.ref.file is None:
-            return self
-        return DecodeImage(dataclasses.replace(self.ref, file=None, payload=Path(self.ref.file).read_bytes()))
+        if self.ref.file is None and self.ref.payload is None:
+            return self  # travels as the Ray object it came as
+        if self._travelling is None:
+            ray = sys.modules.get("ray")
+            if ray is not None and ray.is_initialized():
+                data = self.ref.payload if self.ref.payload is not None else Path(self.ref.file).read_bytes()
+                self._travelling = DecodeImage(dataclasses.replace(self.ref, file=None, payload=None), ray.put(data))
+            elif self.ref.file is None:
+                return self
+            else:
+                return DecodeImage(dataclasses.replace(self.ref, file=None, payload=Path(self.ref.file).read_bytes()))
+        return self._travelling
+
+    def __getstate__(self) -> dict:
+        return {"ref": self.ref, "shared": self.shared, "_travelling": None}
 
 
 def bind_images(rows: Sequence[Row], store: ImageStore) -> list[Row]:
