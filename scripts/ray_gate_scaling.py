@@ -55,18 +55,34 @@ def project(folder: Path, code: Path, rows: int, size: tuple[int, int]) -> Path:
 
 
 class ActorMemory(threading.Thread):
-    """The largest RSS of any Ray actor process (``ray::ScoringActor``) seen while it runs, and the largest USS
-    (its own pages: RSS less the pages it shares, such as Ray's object store)."""
+    """The largest RSS of any Ray actor process (``ray::ScoringActor``) seen while it runs, the largest USS (the
+    pages no other process maps), and the largest of each part of RSS (``/proc/<pid>/status``: ``RssAnon``, the
+    process's own heap; ``RssShmem``, the pages of Ray's shared object store it maps), the actor's and the front
+    end's (``front``, its pid, once started)."""
 
     def __init__(self):
         super().__init__(daemon=True)
         self.peak, self.peak_uss, self.done = 0, 0, threading.Event()
         self.cpu: dict[int, float] = {}  # actor pid -> its CPU seconds when last seen
+        self.front: int | None = None
+        self.parts = {"actor": {"RssAnon": 0, "RssShmem": 0}, "front": {"RssAnon": 0, "RssShmem": 0}}
+
+    def _parts(self, who: str, pid: int) -> None:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    key, _, value = line.partition(":")
+                    if key in self.parts[who]:
+                        self.parts[who][key] = max(self.parts[who][key], int(value.split()[0]) * 1024)
+        except OSError:
+            pass
 
     def run(self) -> None:
         import psutil
 
         while not self.done.wait(0.2):
+            if self.front is not None:
+                self._parts("front", self.front)
             for process in psutil.process_iter(["cmdline"]):
                 if "ScoringActor" not in " ".join(process.info["cmdline"] or []):
                     continue
@@ -76,6 +92,7 @@ class ActorMemory(threading.Thread):
                 except psutil.Error:
                     continue
                 self.peak, self.peak_uss = max(self.peak, memory.rss), max(self.peak_uss, memory.uss)
+                self._parts("actor", process.pid)
                 self.cpu[process.pid] = times.user + times.system
 
 
@@ -95,6 +112,7 @@ def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: l
     busy_before = _busy_seconds(psutil.cpu_times())
     start = time.perf_counter()
     process = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    memory.front = process.pid
     out = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
@@ -110,6 +128,7 @@ def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: l
     return {"wall_s": wall, "front_cpu_s": usage.ru_utime + usage.ru_stime, "front_rss_mib": usage.ru_maxrss / 1024,
             "actor_rss_mib": memory.peak / 2**20, "actor_uss_mib": memory.peak_uss / 2**20, "rows": rows,
             "actors_cpu_s": sum(memory.cpu.values()), "machine_busy": busy / (wall * (os.cpu_count() or 1)),
+            **{f"{who}_{part.lower()}_mib": n / 2**20 for who, parts in memory.parts.items() for part, n in parts.items()},
             "predictions": (folder / report / "predictions.jsonl.gz").read_bytes()}
 
 
@@ -144,7 +163,9 @@ def main() -> None:
                     assert all(r["predictions"] == local["predictions"] for r in runs[n]), f"{n} actors differ"
                 results[n_rows] = {str(k): {key: round(statistics.median(r[key] for r in v), 3)
                                             for key in ("wall_s", "front_cpu_s", "front_rss_mib", "actor_rss_mib",
-                                                        "actor_uss_mib", "actors_cpu_s", "machine_busy", "rows")}
+                                                        "actor_uss_mib", "front_rssanon_mib", "front_rssshmem_mib",
+                                                        "actor_rssanon_mib", "actor_rssshmem_mib", "actors_cpu_s",
+                                                        "machine_busy", "rows")}
                                     for k, v in runs.items()}
                 for k, v in results[n_rows].items():
                     v["front_cpu_s_per_1000_rows"] = round(1000 * v["front_cpu_s"] / v["rows"], 3)

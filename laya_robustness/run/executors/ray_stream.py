@@ -37,6 +37,7 @@ class StreamedCell:
 
     def __init__(self, number: int, key: tuple):
         self.number, self.key = number, key
+        self.started = self.taken = False  # planned by the stream; its records handed to the run (then let go)
         self.plan: CellPlan | None = None
         self.work: CellWork | None = None
         self.groups: list[Sequence[Row]] = []
@@ -50,7 +51,7 @@ class StreamedCell:
 
     @property
     def over(self) -> bool:
-        return self.error is not None or (self.work is not None and self.work.scoring.done)
+        return self.taken or self.error is not None or (self.work is not None and self.work.scoring.done)
 
     @property
     def has_rows(self) -> bool:
@@ -63,7 +64,7 @@ class StreamedCell:
         return sum(b.nbytes for b in waiting.values()) + (self.work.images.kept_bytes if self.work else 0)
 
     def fail(self, exc: BaseException) -> None:
-        self.error, self.unsent, self.to_build = exc, [], []
+        self.error, self.unsent, self.to_build, self.sent, self.built = exc, [], [], {}, {}
         if self.work is not None:
             self.work.close()
 
@@ -82,7 +83,7 @@ class RayStream:
         self.pool, self.source, self.plan_of = pool, source, plan_of
         self.cells = [StreamedCell(i, key) for i, key in enumerate(dict.fromkeys(keys))]
         self.by_key = {cell.key: cell for cell in self.cells}
-        self.started: list[StreamedCell] = []
+        self.active: list[StreamedCell] = []  # started cells whose records are not handed over yet
         self.waited: StreamedCell | None = None
         self._results: Iterator | None = None
         self.built_rows = self.built_bytes = 0  # variant rows built with their images kept, and those images' bytes
@@ -95,7 +96,7 @@ class RayStream:
             self.by_key[key] = StreamedCell(len(self.cells), key)
             self.cells.append(self.by_key[key])
         cell = self.waited = self.by_key[key]
-        if cell.plan is None and cell.error is None:
+        if not cell.started:
             self._start(cell)
         shown = cell.over
         while not cell.over:
@@ -107,21 +108,26 @@ class RayStream:
         self.waited = None
         if cell.error is not None:
             raise cell.error
-        return cell.work.rows, cell.work.scoring.records()
+        if cell.taken:
+            raise RuntimeError(f"the records of {key} were already handed over")
+        rows, records = cell.work.rows, cell.work.scoring.records()
+        cell.taken, cell.work, cell.plan = True, None, None  # the run keeps the records; the rows go
+        self.active.remove(cell)
+        return rows, records
 
     # -- the feed the pool takes shards from ------------------------------------------------------
 
     def take(self, n: int) -> list[Shard]:
-        """Up to ``n`` shards to send: the waited cell's first, then the started cells' in plan order, then those
+        """Up to ``n`` shards to send: the waited cell's first, then the active cells' in plan order, then those
         of cells started now, in plan order; in each cell its chunks to score before its groups to build."""
         out: list[Shard] = []
-        order = ([self.waited] if self.waited is not None else []) + self.started
+        order = ([self.waited] if self.waited is not None else []) + self.active
         for cell in order:
             self._send(cell, n - len(out), out)
         for cell in self.cells:
             if len(out) >= n:
                 break
-            if cell.plan is None and cell.error is None:
+            if not cell.started:
                 self._start(cell)
                 self._send(cell, n - len(out), out)
         return out
@@ -146,23 +152,24 @@ class RayStream:
     def _room_to_keep(self) -> bool | None:
         """Whether a group sent to be built now keeps its images (True), is built without keeping them (False: no
         room, and no chunk is being scored that would make room), or waits (None)."""
-        if not self.built_rows:
+        if not self.built_bytes:  # nothing kept so far (no group back yet, or groups that make no new image)
             return True
         per_row = self.built_bytes / self.built_rows
         budget = min(KEPT_CHUNKS_PER_ACTOR * len(self.pool.slots) * self._chunk_rows() * per_row, self.store_cap)
-        if sum(cell.kept_bytes() for cell in self.started) < budget:
+        if sum(cell.kept_bytes() for cell in self.active) < budget:
             return True
-        scoring = any(s.index[1] == SCORE for cell in self.started for s in [*cell.sent.values(), *cell.unsent])
+        scoring = any(s.index[1] == SCORE for cell in self.active for s in [*cell.sent.values(), *cell.unsent])
         return None if scoring else False
 
     def _chunk_rows(self) -> int:
-        return max((c.plan.chunk_rows or 0) for c in self.started if c.plan is not None) or FALLBACK_CHUNK_ROWS
+        return max((c.plan.chunk_rows or 0) for c in self.active if c.plan is not None) or FALLBACK_CHUNK_ROWS
 
     # -- cells ------------------------------------------------------------------------------------
 
     def _start(self, cell: StreamedCell) -> None:
         """Plan the cell: its variants sent to be built in groups, or its rows' chunks sent to be scored."""
-        self.started.append(cell)
+        cell.started = True
+        self.active.append(cell)
         try:
             cell.plan = plan = self.plan_of(cell.key)
             cell.work = plan.work()
@@ -237,7 +244,7 @@ class RayStream:
         except BaseException as exc:
             self._results = None
             failed = self.pool.failed
-            for cell in self.started:
+            for cell in self.active:
                 if failed is not None and failed.index[0] == cell.number:
                     cell.fail(exc)
                 else:
@@ -256,7 +263,7 @@ class RayStream:
         if self._results is not None:
             self._results.close()
             self._results = None
-        for cell in self.started:
+        for cell in self.active:
             if cell.work is not None:
                 cell.work.close()
 
