@@ -6,7 +6,7 @@ import json
 import random
 
 import pytest
-from fakes import OracleScorer
+from fakes import NeighbourDependentScorer, OracleScorer
 
 from laya_robustness.fixtures.bench import write_photo_rows
 from laya_robustness.run.cells import CellPlan, CellWork
@@ -63,10 +63,11 @@ def photos(tmp_path_factory):
     return list(load_source_rows(folder, 0, 0, store=store).values())[0], store
 
 
-def _plan(key, source, store, journal, built: bool):
+def _plan(key, source, store, journal, built: bool, path: str = "batch"):
     family = key[0]
     work = lambda: CellWork([], [], journal, VariantImages([], store), complete=False)  # noqa: E731
-    plan = CellPlan(key, work, lambda rows: scoring_chunks(rows, "batch", BATCH), chunk_rows=CHUNK_BATCHES * BATCH)
+    plan = CellPlan(key, work, lambda rows: scoring_chunks(rows, path, BATCH),
+                    chunk_rows=CHUNK_BATCHES * BATCH if path == "batch" else None)
     if built:
         plan.build, plan.adopt = (family, source, 0), lambda rows: adopt(rows, source, store)
     else:
@@ -74,13 +75,13 @@ def _plan(key, source, store, journal, built: bool):
     return plan
 
 
-def _local(cells, source, store, tmp_path):
+def _local(cells, source, store, tmp_path, scoring=None, path: str = "batch"):
     journal = Journal(tmp_path / "local.jsonl", "config", {})
-    scoring = Scoring(OracleScorer("m"))
+    scoring = scoring or Scoring(OracleScorer("m"))
     out = {}
     for family, dataset in cells:
         rows = source if family == "orig" else family_variants(family, source, 0, store)
-        out[family] = score_journaled(_Local(scoring), journal, rows, scoring_chunks(rows, "batch", BATCH))
+        out[family] = score_journaled(_Local(scoring), journal, rows, scoring_chunks(rows, path, BATCH))
     return out, journal
 
 
@@ -100,17 +101,21 @@ def _journal_lines(journal):
     return sorted(json.dumps(json.loads(line), sort_keys=True) for line in journal.path.read_text().splitlines())
 
 
-def test_cells_streamed_out_of_order_give_the_local_records_and_journal(photos, tmp_path):
-    """Groups built and chunks scored in a shuffled order, cells asked in their plan's order: every cell's records
-    and the journal are those of scoring the cells one after another; rotation's 80 rows are cut in 32-row chunks
-    as its groups arrive, so its first chunk is scored before its last group is built."""
+@pytest.mark.parametrize("path", ["batch", "predict"])
+def test_cells_streamed_out_of_order_give_the_local_records_and_journal(photos, tmp_path, path):
+    """Groups built and chunks scored in a shuffled order, cells asked in their plan's order, by a scorer whose
+    logits move with the rows beside them: every cell's records and the journal are those of scoring the cells one
+    after another, so every chunk is the local run's. On the batch path rotation's 80 rows are cut in 32-row
+    chunks as its groups arrive, so its first chunk is scored before its last group is built (on the predict path
+    its chunks are whole image clusters, cut once all its rows are in)."""
     source, store = photos
-    expected, local_journal = _local(CELLS, source, store, tmp_path)
+    scoring = Scoring(NeighbourDependentScorer("m"), path=path)
+    expected, local_journal = _local(CELLS, source, store, tmp_path, scoring, path)
     journal = Journal(tmp_path / "stream.jsonl", "config", {})
-    pool = InProcessPool(store, Scoring(OracleScorer("m")))
+    pool = InProcessPool(store, scoring)
     built = {"rotation", "scale_pad"}
     keys = [(f, d, "cpu") for f, d in CELLS]
-    stream = RayStream(pool, "rows", keys, lambda key: _plan(key, source, store, journal, key[0] in built))
+    stream = RayStream(pool, "rows", keys, lambda key: _plan(key, source, store, journal, key[0] in built, path))
     for key in keys:
         rows, records = stream.records(key, lambda total: _Tracker())
         assert records == expected[key[0]], key
@@ -118,7 +123,7 @@ def test_cells_streamed_out_of_order_give_the_local_records_and_journal(photos, 
     rotation = [c for c in pool.calls if c[0] == 1]
     first_score = min(i for i, c in enumerate(rotation) if c[1] == "score")
     last_build = max(i for i, c in enumerate(rotation) if c[1] == "build")
-    assert first_score < last_build, rotation
+    assert (first_score < last_build) == (path == "batch"), rotation
     # a later cell was under way before the first one was handed over: its shards were taken in the first take
     assert any(c[0] > 0 for c in pool.calls[:8]), pool.calls[:8]
 
