@@ -67,11 +67,9 @@ class CellWork:
         """Score the cell now on ``executor`` (``records(chunks)``, see ``run.scoring.score_journaled``)."""
         self.show(progress)
         try:
-            for index, records in executor.records(self.scoring.chunks()):
-                self.scoring.finish(index, records)
+            return self.scoring.score(executor)
         finally:
             self.close()
-        return self.scoring.records()
 
 
 @dataclass

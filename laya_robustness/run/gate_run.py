@@ -21,7 +21,6 @@ from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.records import ORIG, Record
-from laya_robustness.run.planned import PlannedCells
 from laya_robustness.run.errors import UsageError, stops_run
 from laya_robustness.run.images import rows_with_pixels
 from laya_robustness.run.inputs import RunInputs
@@ -29,6 +28,7 @@ from laya_robustness.run.invariance import DUAL_CONDITIONS, DUAL_PREFIX, Conditi
 from laya_robustness.run.journal import JOURNAL_DIR, open_journal
 from laya_robustness.run.lock import Lease, RunIdentity, claim, release
 from laya_robustness.run.models import identity_key
+from laya_robustness.run.planned import PlannedCells
 from laya_robustness.run.scorers import RunScorers, served_without_dual
 from laya_robustness.summary import CellCache, family_cell, summarize
 

@@ -224,6 +224,13 @@ class JournaledCell:
         self.on_chunk(size)
         self.on_done([self.rows[i] for i in positions])
 
+    def score(self, executor) -> list[Record]:
+        """Score the pending chunks now on ``executor`` (its ``records(chunks)`` yields ``(index, records)`` as
+        chunks finish) and journal each as it arrives; the records of every row, in row order."""
+        for index, records in executor.records(self.chunks()):
+            self.finish(index, records)
+        return self.records()
+
     @property
     def done(self) -> bool:
         return self.complete and self.left == 0
@@ -241,7 +248,4 @@ def score_journaled(executor, journal: Journal, rows: Sequence[Row], chunks: Seq
     chunks are decoded as it asks for them, and yields ``(index, records)`` as chunks finish; it should hold only
     the chunks it is scoring) and journaled as each arrives. An exception of the executor propagates unchanged:
     what was journaled before it stays."""
-    cell = JournaledCell(journal, rows, chunks, on_chunk, on_done)
-    for index, records in executor.records(cell.chunks()):
-        cell.finish(index, records)
-    return cell.records()
+    return JournaledCell(journal, rows, chunks, on_chunk, on_done).score(executor)
