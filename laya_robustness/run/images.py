@@ -36,6 +36,7 @@ from laya_robustness.run.errors import HarnessError
 #: Default bound of the store (``--image-cache-mb``): 72 decoded 640 x 480 photos, or 5,400 images of 64 x 64.
 DEFAULT_IMAGE_CACHE_BYTES = 64 << 20
 _POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
 
 
 def image_bytes(image: Image.Image) -> int:
@@ -150,9 +151,10 @@ class ImageSource:
 
 
 def _pool() -> ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="laya-images"))
-    return _POOL[0]
+    with _POOL_LOCK:  # made once, whichever thread asks first
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="laya-images"))
+        return _POOL[0]
 
 
 def parallel_map(fn: Callable, items: Sequence) -> list:

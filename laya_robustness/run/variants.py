@@ -21,6 +21,7 @@ rows, so the records and the journal keys are the same.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Callable, Sequence
 
@@ -37,6 +38,7 @@ BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
 #: Variant images this process built (``built``: in ``family_variants``), kept in Ray's object store (``kept``),
 #: took from there (``fetched``) and built again where they were scored (``built_again``).
 IMAGE_COUNTS: Counter = Counter()
+_COUNTS_LOCK = threading.Lock()  # counted from the image threads (``run.images``) as well
 #: Seconds an actor waits for variant images another actor keeps before it builds them itself.
 FETCH_TIMEOUT_S = 60.0
 #: Mean source-image pixels a row from which a pixel family is built on the build threads; below it, one thread
@@ -62,7 +64,7 @@ def family_variants(name: str, rows: Sequence[Row], seed: int, store: ImageStore
         passed = {im.digest: im for im in row.images if isinstance(im, PendingImage)}
         built = [im for v in variants for im in v.images if not isinstance(im, PendingImage)
                  and image_digest(im) not in passed]
-        IMAGE_COUNTS["built"] += len(built)
+        count_images("built", len(built))
         if on_built is not None:
             on_built(source.make, built)
         out += [_waiting(variant, passed, source) for variant in variants]
@@ -109,6 +111,18 @@ def _keyed(variants: list[Row]) -> list[Row]:
     return variants
 
 
+def count_images(key: str, n: int) -> None:
+    """Add ``n`` to ``IMAGE_COUNTS[key]``."""
+    with _COUNTS_LOCK:
+        IMAGE_COUNTS[key] += n
+
+
+def image_counts() -> dict:
+    """A copy of ``IMAGE_COUNTS``."""
+    with _COUNTS_LOCK:
+        return dict(IMAGE_COUNTS)
+
+
 class VariantBuild:
     """``make`` of one source row's variant images in family ``name``: the row's variants built again. It travels
     (``run.images.ImageSource``) with the row and its images' sources, so a Ray actor builds them where it scores
@@ -126,10 +140,10 @@ class VariantBuild:
         if self.ref is not None:
             kept = _fetched(self.ref)
             if kept is not None:
-                IMAGE_COUNTS["fetched"] += len(kept)
+                count_images("fetched", len(kept))
                 return kept
         images = [im for variant in build_variants(self.name, [self.row], self.seed) for im in variant.images]
-        IMAGE_COUNTS["built_again"] += len(images)
+        count_images("built_again", len(images))
         return images
 
     def keep(self, images: list) -> None:
@@ -137,7 +151,7 @@ class VariantBuild:
         import ray
 
         self.ref = ray.put([(image_digest(im), _portable(im)) for im in images])
-        IMAGE_COUNTS["kept"] += len(images)
+        count_images("kept", len(images))
         self.nbytes = sum(decoded_bytes(im.mode, im.size) for im in images)
 
     def release(self) -> None:

@@ -12,7 +12,7 @@ from laya_robustness.run.invariance import InvarianceRun
 from laya_robustness.run.meta import device_name
 from laya_robustness.run.models import load_source_scorer
 from laya_robustness.run.scoring import Scoring
-from laya_robustness.run.variants import IMAGE_COUNTS, family_variants
+from laya_robustness.run.variants import family_variants, image_counts
 from laya_robustness.scoring.malloc import give_back_freed_memory
 
 
@@ -74,7 +74,7 @@ class ScoringActor:
     def image_counts(self) -> dict:
         """The variant images this actor built, kept, took from another actor and built again
         (``run.variants.IMAGE_COUNTS``)."""
-        return dict(IMAGE_COUNTS)
+        return image_counts()
 
     def forget_images(self, source: str, digests: Sequence[str]) -> None:
         """Let the store and ``source``'s scorer forget these images, where it can (``forget_images``;
