@@ -504,6 +504,29 @@ def connected(ray_head):
     ray.shutdown()
 
 
+def test_a_source_image_travels_as_an_object_read_on_this_node_not_put_from_here(connected, tmp_path, monkeypatch):
+    """On Ray a source image travels as one object the front end does not write (so the object-store pages it maps
+    do not grow with the images): one reader actor on the front end's node reads every file, a relative path as
+    the front end resolves it (not in the head's folder, where the reader runs), and the object holds the file's
+    bytes. A file gone by then is the loader's error naming it, raised where the bytes are taken."""
+    from laya_robustness.loaders.images import ImageRef, Where
+    from laya_robustness.run.images import _READER, shared_bytes
+
+    monkeypatch.chdir(tmp_path)
+    contents = {"a.jpg": b"first" * 40_000, "b.jpg": b"second" * 40_000}  # over 100 KB: not inlined
+    for name, data in contents.items():
+        (tmp_path / name).write_bytes(data)
+    where = Where(tmp_path / "rows.jsonl", 3)
+    refs = [shared_bytes(ray, ImageRef(where, "images", 10**8, file=Path(name))) for name in contents]
+    assert ray.get(refs) == list(contents.values())
+    assert ray.get(_READER["actor"].files_read.remote()) == 2
+    node = ray.get_runtime_context().get_node_id()
+    assert all(node in where_kept["node_ids"] for where_kept in ray.experimental.get_object_locations(refs).values())
+    gone = shared_bytes(ray, ImageRef(where, "images", 10**8, file=Path("gone.jpg")))
+    with pytest.raises(Exception, match=r"rows\.jsonl:3: field 'images': cannot read image .*gone\.jpg"):
+        ray.get(gone)
+
+
 def _calls(shards, n_actors: int, per_row: float, calls_file) -> list[tuple[int, float, float]]:
     """Score ``shards`` on ``n_actors`` SlowScorer actors; each scoring call as (pid, start, end)."""
     pool = RayActorPool({"rows": partial(slow_scoring, per_row, str(calls_file))}, "cpu", n_actors, gpus=False,

@@ -230,8 +230,9 @@ def waiting_rows(rows: Sequence[SourceRow], store: ImageStore) -> list[Row]:
 class DecodeImage:
     """``make`` of a source image: ``ref`` (``loaders.images.ImageRef``) decoded. It travels (``travelling``) as its
     encoded bytes, so an actor on another machine decodes the same pixels without the file: once Ray is started in
-    this process, as one Ray object put once (``shared``: every chunk that names the image carries the object's
-    reference, not the bytes, so what the front end sends does not grow with the chunks), else as the bytes."""
+    this process, as one Ray object made once (``shared``: every chunk that names the image carries the object's
+    reference, not the bytes, so what the front end sends does not grow with the chunks; ``shared_bytes`` says
+    who writes it), else as the bytes."""
 
     portable = True
 
@@ -252,8 +253,8 @@ class DecodeImage:
         if self._travelling is None:
             ray = sys.modules.get("ray")
             if ray is not None and ray.is_initialized():
-                data = self.ref.payload if self.ref.payload is not None else Path(self.ref.file).read_bytes()
-                self._travelling = DecodeImage(dataclasses.replace(self.ref, file=None, payload=None), ray.put(data))
+                self._travelling = DecodeImage(dataclasses.replace(self.ref, file=None, payload=None),
+                                               shared_bytes(ray, self.ref))
             elif self.ref.file is None:
                 return self
             else:
@@ -262,6 +263,43 @@ class DecodeImage:
 
     def __getstate__(self) -> dict:
         return {"ref": self.ref, "shared": self.shared, "_travelling": None}
+
+
+class EncodedReader:
+    """A Ray actor on the front end's node that reads image files into Ray's object store (``shared_bytes``)."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def read(self, ref) -> bytes:
+        """The encoded bytes of image ``ref`` (``ImageRef.read``: a RowError naming file, line and field if the
+        file cannot be read)."""
+        self.reads += 1
+        return ref.read()
+
+    def files_read(self) -> int:
+        return self.reads
+
+
+_READER: dict = {}  # the EncodedReader of this process's Ray session: {"job": its job id, "actor": its handle}
+
+
+def shared_bytes(ray, ref):
+    """A Ray object holding ``ref``'s encoded bytes. A file is read into the object store by one ``EncodedReader``
+    actor on this process's own node (same files; the path made absolute), started on first use in each Ray
+    session: the bytes never pass through this process, so the object-store pages it maps do not grow with the
+    images it sends. A payload, or a file under Ray Client (this process is then no node of the cluster, and the
+    files may be nowhere else), is put from here."""
+    if ref.file is None or ray.util.client.ray.is_connected():
+        return ray.put(ref.read())
+    context = ray.get_runtime_context()
+    if _READER.get("job") != context.get_job_id():
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False)
+        reader = ray.remote(num_cpus=0, max_restarts=3, max_task_retries=3)(EncodedReader)
+        _READER.update(job=context.get_job_id(), actor=reader.options(scheduling_strategy=here).remote())
+    return _READER["actor"].read.remote(dataclasses.replace(ref, file=Path(ref.file).absolute()))
 
 
 def bind_images(rows: Sequence[Row], store: ImageStore) -> list[Row]:
