@@ -5,12 +5,15 @@ shard as an actor finishes it, in any order, and each shard is scored in one ``S
 its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a feed
 as actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's
 cells). Scheduling: an actor has at most ``PIPELINE`` shards in flight (one scoring, one waiting, so it never
-idles while the next is sent). A free actor takes, among the next waiting shards, the one with most rows whose
-image it was the first to score (their home), then one no actor has seen, so an image's later families (its
-rephrasings, its languages) meet the features that actor's encode-once cache already holds. A shard whose actor
-dies (its process killed, its node lost) is sent again to another actor and the dead one is replaced; records
-are taken only from shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS``
-actors in turn, or an exception raised by the scorer (it would raise anywhere), stops the call.
+idles while the next is sent). Scoring goes first: a free actor takes a waiting chunk to score before a group to
+build, and a group to build never waits behind a chunk on an actor (the cell's later rows wait for it), so the
+actors that are not scoring build, and chunks are scored as soon as their rows are in. Among the waiting chunks
+an actor takes the one with most rows whose image it was the first to score (their home), then one no actor has
+seen, so an image's later families (its rephrasings, its languages) meet the features that actor's encode-once
+cache already holds; groups are built in order. A shard whose actor dies (its process killed, its node lost) is
+sent again to another actor and the dead one is replaced; records are taken only from shards that completed, so
+none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an exception raised by the
+scorer (it would raise anywhere), stops the call.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Slot:
     ready: object  # the ref of its prepare() call, until it answers
     where: dict | None = None
     in_flight: int = 0
+    building: int = 0  # of which groups being built (``variants``)
 
 
 @dataclass
@@ -66,6 +70,11 @@ class Shard:
 
     def __post_init__(self):
         self.clusters = Counter(r.cluster for r in self.rows)
+
+    @property
+    def builds(self) -> bool:
+        """Whether the shard builds variants (rather than scoring rows)."""
+        return self.method == "variants"
 
 
 class Feed(Protocol):
@@ -188,7 +197,7 @@ class RayActorPool:
 
         ray.kill(slot.actor, no_restart=True)
         fresh = self._new_slot(slot.number)
-        slot.actor, slot.ready, slot.where, slot.in_flight = fresh.actor, fresh.ready, None, 0
+        slot.actor, slot.ready, slot.where, slot.in_flight, slot.building = fresh.actor, fresh.ready, None, 0, 0
         self.replaced += 1
 
     def meta(self) -> dict:
@@ -288,45 +297,61 @@ class RayActorPool:
                     self.failed = shard
                     raise _cause(exc) from None
                 slot.in_flight -= 1
+                slot.building -= shard.builds
                 yield shard.index, result
         finally:  # stopped early: the shards still queued are not scored (an actor that is loading goes on)
             lost = self.cluster is not None and self.cluster.lost
             for ref, (slot, actor, shard) in running.items():
-                if shard is not None:
-                    slot.in_flight -= slot.actor is actor  # a later call may send its shards again
+                if shard is not None and slot.actor is actor:  # a later call may send its shards again
+                    slot.in_flight -= 1
+                    slot.building -= shard.builds
                     if not lost:
                         ray.cancel(ref)
 
     def _dispatch(self, waiting: list[Shard], running: dict) -> None:
-        """Hand waiting shards to the ready actors with room, the least busy first; watch loading actors."""
+        """Hand waiting shards to the ready actors with room, the least busy first (``_pick`` says what each may
+        take); watch loading actors."""
         for slot in self.slots:
             if slot.ready is not None and slot.ready not in running:
                 running[slot.ready] = (slot, slot.actor, None)
         while waiting:
-            free = [s for s in self.slots if s.ready is None and s.in_flight < PIPELINE]
-            if not free:
+            free = sorted((s for s in self.slots if s.ready is None and s.in_flight < PIPELINE),
+                          key=lambda s: (s.in_flight > s.building, s.in_flight))  # idle, building, scoring
+            picks = ((slot, self._pick(slot, waiting)) for slot in free)
+            slot, position = next(((s, p) for s, p in picks if p is not None), (None, None))
+            if slot is None:
                 return
-            slot = min(free, key=lambda s: s.in_flight)
-            shard = waiting.pop(self._pick(slot.number, waiting))
+            shard = waiting.pop(position)
             for cluster in shard.clusters:  # an actor that builds variants holds their images: their new home
-                if shard.method == "variants":
+                if shard.builds:
                     self.home[cluster] = slot.number
                 else:
                     self.home.setdefault(cluster, slot.number)
             slot.in_flight += 1
+            slot.building += shard.builds
             method = getattr(slot.actor, shard.method)
             running[method.remote(shard.source, shard.rows, *shard.args)] = (slot, slot.actor, shard)
 
-    def _pick(self, number: int, waiting: Sequence[Shard]) -> int:
-        """The position of the waiting shard with most rows at home on slot ``number``, then fewest at home on
-        another slot, then the oldest."""
+    def _pick(self, slot: Slot, waiting: Sequence[Shard]) -> int | None:
+        """The position of the waiting shard ``slot`` takes next, None if none. A chunk to score first (the one with
+        most rows at home on the slot, then fewest at home on another, then the oldest), but one waits behind the
+        slot's chunk being scored only when no actor is building (a builder is free sooner); else the oldest group
+        to build, unless the slot is scoring (the cell's later rows would wait behind its chunk)."""
+        number = slot.number
+
         def score(position: int):
             counts = waiting[position].clusters
             mine = sum(n for c, n in counts.items() if self.home.get(c) == number)
             others = sum(n for c, n in counts.items() if self.home.get(c, number) != number)
             return (mine, -others, -position)
 
-        return max(range(len(waiting)), key=score)
+        scoring = slot.in_flight > slot.building
+        chunks = [i for i, shard in enumerate(waiting) if not shard.builds]
+        if chunks and not (scoring and any(s.building for s in self.slots)):
+            return max(chunks, key=score)
+        if scoring:
+            return None
+        return next((i for i, shard in enumerate(waiting) if shard.builds), None)
 
     def _lost(self, slot: Slot, actor, shard: Shard, exc: Exception, waiting: list[Shard]) -> None:
         """An actor died under a shard: replace it (once for all its shards) and send the shard again, first."""

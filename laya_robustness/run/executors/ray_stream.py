@@ -118,26 +118,31 @@ class RayStream:
     # -- the feed the pool takes shards from ------------------------------------------------------
 
     def take(self, n: int) -> list[Shard]:
-        """Up to ``n`` shards to send: the waited cell's first, then the active cells' in plan order, then those
-        of cells started now, in plan order; in each cell its chunks to score before its groups to build."""
+        """Up to ``n`` shards to send: the chunks to score of the waited cell, then of the active cells in plan
+        order; then their groups to build in the same order; then the shards of cells started now, in plan order."""
         out: list[Shard] = []
         order = ([self.waited] if self.waited is not None else []) + self.active
         for cell in order:
-            self._send(cell, n - len(out), out)
+            self._send_chunks(cell, n - len(out), out)
+        for cell in order:
+            self._send_builds(cell, n - len(out), out)
         for cell in self.cells:
             if len(out) >= n:
                 break
             if not cell.started:
                 self._start(cell)
-                self._send(cell, n - len(out), out)
+                self._send_chunks(cell, n - len(out), out)
+                self._send_builds(cell, n - len(out), out)
         return out
 
-    def _send(self, cell: StreamedCell, n: int, out: list[Shard]) -> None:
+    def _send_chunks(self, cell: StreamedCell, n: int, out: list[Shard]) -> None:
         while cell.unsent and n > 0:
             shard = cell.unsent.pop(0)
             cell.sent[shard.index] = shard
             out.append(shard)
             n -= 1
+
+    def _send_builds(self, cell: StreamedCell, n: int, out: list[Shard]) -> None:
         while cell.to_build and n > 0:
             keep = self._room_to_keep()
             if keep is None:

@@ -1,0 +1,99 @@
+"""Which waiting shard a free actor of the Ray pool takes (``RayActorPool._dispatch``): chunks to score before
+groups to build, a group never queued behind a chunk being scored, a chunk queued behind one only when no actor
+is building, groups in order, a chunk to the actor whose images it scored first among several. In this process:
+the actors are stand-ins that note what they are sent."""
+
+from types import SimpleNamespace
+
+from laya_robustness.run.executors.ray_pool import PIPELINE, RayActorPool, Shard, Slot
+
+
+class NotingActor:
+    """An actor handle whose ``method.remote(source, rows, *args)`` notes ``(actor, method, shard name)``."""
+
+    def __init__(self, number: int, sent: list):
+        self.number, self.sent = number, sent
+
+    def __getattr__(self, method: str):
+        def remote(source, rows, *args):
+            self.sent.append((self.number, method, rows[0].name))
+            return object()
+
+        return SimpleNamespace(remote=remote)
+
+
+def _pool(n_actors: int) -> tuple[RayActorPool, list]:
+    sent: list = []
+    pool = object.__new__(RayActorPool)  # no cluster: only the dispatching state
+    pool.home, pool.slots = {}, [Slot(i, NotingActor(i, sent), ready=None) for i in range(n_actors)]
+    return pool, sent
+
+
+def _chunk(name: str, clusters=("a",)) -> Shard:
+    return Shard(name, "rows", [SimpleNamespace(cluster=c, name=name) for c in clusters])
+
+
+def _group(name: str) -> Shard:
+    return Shard(name, "rows", [SimpleNamespace(cluster=f"src-{name}", name=name)], "variants", ("rotation", 0, True))
+
+
+def _finish(pool: RayActorPool, number: int, builds: bool) -> None:
+    slot = pool.slots[number]
+    slot.in_flight -= 1
+    slot.building -= builds
+
+
+def test_an_idle_actor_scores_before_it_builds_and_a_group_never_waits_behind_a_chunk():
+    pool, sent = _pool(2)
+    waiting = [_group("g0"), _group("g1"), _chunk("c0"), _group("g2")]
+    pool._dispatch(waiting, {})
+    # actor 0 takes the chunk; actor 1 builds g0 then g1 (in order); actor 0, scoring, takes no group
+    assert sent == [(0, "records", "c0"), (1, "variants", "g0"), (1, "variants", "g1")]
+    assert [s.index for s in waiting] == ["g2"]
+    assert (pool.slots[0].in_flight, pool.slots[0].building) == (1, 0)
+    assert (pool.slots[1].in_flight, pool.slots[1].building) == (PIPELINE, PIPELINE)
+
+
+def test_a_chunk_waits_for_a_builder_rather_than_queue_behind_a_chunk_being_scored():
+    pool, sent = _pool(2)
+    pool._dispatch([_chunk("c0"), _group("g0"), _group("g1")], {})
+    waiting = [_chunk("c1")]
+    pool._dispatch(waiting, {})
+    assert [s.index for s in waiting] == ["c1"] and len(sent) == 3  # held: actor 1 builds, so is free sooner
+    _finish(pool, 1, builds=True)
+    pool._dispatch(waiting, {})
+    assert sent[-1] == (1, "records", "c1") and not waiting  # behind one group, not behind a chunk
+
+
+def test_a_chunk_is_queued_behind_a_chunk_when_no_actor_builds():
+    pool, sent = _pool(2)
+    waiting = [_chunk(f"c{i}") for i in range(5)]
+    pool._dispatch(waiting, {})
+    assert sorted(number for number, _, _ in sent) == [0, 0, 1, 1]  # PIPELINE chunks each
+    assert [s.index for s in waiting] == ["c4"]
+
+
+def test_no_actor_takes_a_group_while_every_actor_is_scoring():
+    pool, sent = _pool(2)
+    pool._dispatch([_chunk("c0"), _chunk("c1")], {})
+    waiting = [_group("g0")]
+    pool._dispatch(waiting, {})
+    assert len(sent) == 2 and [s.index for s in waiting] == ["g0"]
+    _finish(pool, 0, builds=False)
+    pool._dispatch(waiting, {})
+    assert sent[-1] == (0, "variants", "g0")
+
+
+def test_among_chunks_an_actor_takes_the_one_whose_images_it_scored_first():
+    pool, sent = _pool(2)
+    pool.home = {"x": 1, "y": 0}
+    waiting = [_chunk("cx", ("x", "x")), _chunk("cy", ("y", "y"))]
+    pool._dispatch(waiting, {})
+    assert sorted(sent) == [(0, "records", "cy"), (1, "records", "cx")]
+
+
+def test_an_actor_that_builds_a_group_becomes_its_images_home():
+    pool, sent = _pool(2)
+    pool._dispatch([_chunk("c0", ("src-g0",))], {})  # actor 0 scores src-g0 first
+    pool._dispatch([_group("g0")], {})  # actor 1, idle, builds g0
+    assert sent[1] == (1, "variants", "g0") and pool.home["src-g0"] == 1
