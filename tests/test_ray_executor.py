@@ -277,6 +277,29 @@ def test_a_cell_whose_scorer_raises_fails_its_own_tests_and_the_stream_goes_on(p
     assert _records(project / "one-cell-broken" / "predictions.jsonl.gz") == orig
 
 
+def test_a_row_its_family_cannot_build_fails_as_it_does_locally_not_as_a_harness_error(ray_head, tmp_path):
+    """A row whose rotation class is no boolean: rotation's builder raises on the actor that builds it, and the
+    run reports it as a local run does (its test fails with the builder's own error, exit 1), not as a crash of
+    the harness (exit 3)."""
+    shutil.copytree(ROOT / "robustness_tests", tmp_path / "robustness_tests",
+                    ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
+    manifest = write_manifest(generate_rows("colour_choice", 8, seed=5), tmp_path / "rows")
+    rows = [json.loads(line) for line in manifest.read_text().splitlines()]
+    rows[3]["meta"]["rotation_variant"] = "yes"
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\nlaya_scorer = fakes:oracle\n"
+                                         "laya_data = rows\nlaya_model = fake-model\n")
+    (tmp_path / "limits.toml").write_text(PASSING_LIMITS)
+    runs = {name: gate_run(tmp_path, "--families", "rotation", "--report-dir", name, *args, job=job_env())
+            for name, args in [("local", ("-n", "0")), ("ray", ("--executor", "ray", "--ray-address", ray_head))]}
+    for status, out in runs.values():
+        assert status == 1, out
+        assert "FAILED robustness_tests/test_families.py::test_rotation[colour_choice-cpu]" in out, out
+        assert "1 failed, 1 passed" in out and "HARNESS ERROR" not in out, out
+        assert f"ValueError: {rows[3]['row_id']}: field 'meta.rotation_variant': expected true or false, got 'yes'" \
+            in out, out
+
+
 def _records(path: Path) -> list[dict]:
     with gzip.open(path, "rt") as fh:
         return [json.loads(line) for line in fh]

@@ -13,6 +13,15 @@ from laya_robustness.rows import Row
 from laya_robustness.run.scoring import JournaledCell
 from laya_robustness.run.variants import VariantImages
 
+class CellBuildError(Exception):
+    """A cell's rows could not be built (its variants, in the front end or on an actor): ``error`` is the builder's
+    own exception, which the run raises as it is, as a local run does where it builds the rows before scoring."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
 #: ``progress(total)`` -> a tracker with ``update(n)`` and ``close()`` (``run.gate_run.Progress`` of one cell).
 CellProgress = Callable[[int], object]
 

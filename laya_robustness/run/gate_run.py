@@ -21,6 +21,7 @@ from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.records import ORIG, Record
+from laya_robustness.run.cells import CellBuildError
 from laya_robustness.run.errors import UsageError, stops_run
 from laya_robustness.run.images import rows_with_pixels
 from laya_robustness.run.inputs import RunInputs
@@ -218,6 +219,8 @@ class GateRun:
             cell = stream.records(key, progress)[1] if work is None else work.score(executor, progress)
         except UsageError:
             raise
+        except CellBuildError as exc:  # the rows could not be built: the builder's error, as a local run raises it
+            raise exc.error from None
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {self.model_name!r} "
                                        f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc

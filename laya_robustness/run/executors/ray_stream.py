@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import PendingImage, Row
-from laya_robustness.run.cells import CellPlan, CellProgress, CellWork
+from laya_robustness.run.cells import CellBuildError, CellPlan, CellProgress, CellWork
 from laya_robustness.run.executors.ray_pool import RayActorPool, Shard, SourceExecutor
 from laya_robustness.run.variants import VariantBuild
 
@@ -48,6 +48,7 @@ class StreamedCell:
         self.unsent: list[Shard] = []
         self.sent: dict[object, Shard] = {}
         self.error: BaseException | None = None
+        self.building = False  # whether the error came while its rows were built
 
     @property
     def over(self) -> bool:
@@ -63,8 +64,9 @@ class StreamedCell:
         waiting = {id(b): b for rows in self.built.values() for b in _builds(rows) if b.ref is not None}
         return sum(b.nbytes for b in waiting.values()) + (self.work.images.kept_bytes if self.work else 0)
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException, building: bool) -> None:
         self.error, self.unsent, self.to_build, self.sent, self.built = exc, [], [], {}, {}
+        self.building = building
         if self.work is not None:
             self.work.close()
 
@@ -107,7 +109,7 @@ class RayStream:
                 raise RuntimeError(f"the stream of {self.source} cells ended before {key} was scored")
         self.waited = None
         if cell.error is not None:
-            raise cell.error
+            raise CellBuildError(cell.error) if cell.building else cell.error
         if cell.taken:
             raise RuntimeError(f"the records of {key} were already handed over")
         rows, records = cell.work.rows, cell.work.scoring.records()
@@ -186,7 +188,7 @@ class RayStream:
             else:
                 self._rows_arrived(cell, list(plan.rows), last=True)
         except Exception as exc:  # the rows could not be built: the cell's error, told to whoever waits for it
-            cell.fail(exc)
+            cell.fail(exc, building=True)
 
     def _rows_arrived(self, cell: StreamedCell, rows: list[Row], last: bool) -> None:
         """More of the cell's rows, in order: the chunks they complete are sent to be scored (every chunk once the
@@ -231,7 +233,7 @@ class RayStream:
                 if cell.work.scoring.done:
                     cell.work.close()
         except Exception as exc:
-            cell.fail(exc)
+            cell.fail(exc, building=kind == BUILD)
 
     # -- the pool's results -----------------------------------------------------------------------
 
@@ -251,7 +253,7 @@ class RayStream:
             failed = self.pool.failed
             for cell in self.active:
                 if failed is not None and failed.index[0] == cell.number:
-                    cell.fail(exc)
+                    cell.fail(exc, building=failed.index[1] == BUILD)
                 else:
                     cell.unsent[:0] = sorted((s for s in cell.sent.values() if s.index[1] == SCORE),
                                              key=lambda s: s.index[2])
