@@ -278,6 +278,7 @@ class EncodedReader:
         return ref.read()
 
     def files_read(self) -> int:
+        """How many files it has read (so a check can tell that the bytes came through it)."""
         return self.reads
 
 

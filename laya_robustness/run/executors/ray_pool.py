@@ -54,6 +54,11 @@ class Slot:
     in_flight: int = 0
     building: int = 0  # of which groups being built (``variants``)
 
+    @property
+    def scoring(self) -> bool:
+        """Whether a chunk of rows is being scored (or waits) on it."""
+        return self.in_flight > self.building
+
 
 @dataclass
 class Shard:
@@ -316,7 +321,7 @@ class RayActorPool:
                 running[slot.ready] = (slot, slot.actor, None)
         while waiting:
             free = sorted((s for s in self.slots if s.ready is None and s.in_flight < PIPELINE),
-                          key=lambda s: (s.in_flight > s.building, s.in_flight))  # idle, building, scoring
+                          key=lambda s: (s.scoring, s.in_flight))  # idle, building, scoring
             picks = ((slot, self._pick(slot, waiting)) for slot in free)
             slot, position = next(((s, p) for s, p in picks if p is not None), (None, None))
             if slot is None:
@@ -345,11 +350,10 @@ class RayActorPool:
             others = sum(n for c, n in counts.items() if self.home.get(c, number) != number)
             return (mine, -others, -position)
 
-        scoring = slot.in_flight > slot.building
         chunks = [i for i, shard in enumerate(waiting) if not shard.builds]
-        if chunks and not (scoring and any(s.building for s in self.slots)):
+        if chunks and not (slot.scoring and any(s.building for s in self.slots)):
             return max(chunks, key=score)
-        if scoring:
+        if slot.scoring:
             return None
         return next((i for i, shard in enumerate(waiting) if shard.builds), None)
 

@@ -253,7 +253,7 @@ class RayStream:
             failed = self.pool.failed
             for cell in self.active:
                 if failed is not None and failed.index[0] == cell.number:
-                    cell.fail(exc, building=failed.index[1] == BUILD)
+                    cell.fail(exc, building=failed.builds)
                 else:
                     cell.unsent[:0] = sorted((s for s in cell.sent.values() if s.index[1] == SCORE),
                                              key=lambda s: s.index[2])
