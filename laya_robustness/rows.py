@@ -34,8 +34,36 @@ RECORD_FIELDS = ("row_id", "dataset", "group_id", "cluster", "images", "question
 OPEN_LABEL = -1
 #: The row meta keys the user's variant files fill (``loaders.variants`` reads the files; the families read the keys).
 REPHRASINGS, TRANSLATIONS, PARAPHRASES = "rephrasings", "translations", "paraphrases"
+#: The row meta key that says whether a row's question is rotation-variant (the rotation families read it).
+ROTATION_VARIANT = "rotation_variant"
 #: A language code: lower-case ISO 639, optionally with subtags ("fr", "pt-BR").
 LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[A-Za-z0-9]{2,8})*")
+
+
+def user_meta_problem(key: str, value: Any) -> tuple[str, str] | None:
+    """(field under ``meta``, problem) when ``value`` is not what the meta key ``key`` a family reads may hold, None
+    when it is (or when no family reads ``key``): ``rephrasings`` a list of strings, ``translations`` an object
+    language code -> string, ``rotation_variant`` true or false. The loaders refuse such a row when they read it;
+    a family refuses it when it builds from it.
+
+    >>> user_meta_problem("rotation_variant", "yes")
+    ('rotation_variant', "expected true or false, got 'yes'")
+    >>> user_meta_problem("translations", {"fr": 3})
+    ('translations.fr', 'expected a string, got 3')
+    """
+    if key == ROTATION_VARIANT and not isinstance(value, bool):
+        return key, f"expected true or false, got {value!r}"
+    if key == REPHRASINGS and (not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value)):
+        return key, f"expected a list of strings, got {value!r}"
+    if key == TRANSLATIONS:
+        if not isinstance(value, Mapping):
+            return key, f"expected an object language -> text, got {value!r}"
+        for language, text in value.items():
+            if not isinstance(language, str) or not LANGUAGE_CODE.fullmatch(language):
+                return key, f"{language!r} is not a language code (lower-case ISO 639, optionally with a region)"
+            if not isinstance(text, str):
+                return f"{key}.{language}", f"expected a string, got {text!r}"
+    return None
 
 
 class RowError(ValueError):

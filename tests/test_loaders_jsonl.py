@@ -51,6 +51,11 @@ def _error(path, settings=None) -> RowError:
     ({"images": "a.png"}, "field 'images': expected a list of relative paths, got a string"),
     ({"images": [1]}, "field 'images[0]': expected a relative path, got an int"),
     ({"meta": []}, "field 'meta': expected an object, got a list"),
+    ({"meta": {"rotation_variant": "yes"}}, "field 'meta.rotation_variant': expected true or false, got 'yes'"),
+    ({"meta": {"rephrasings": "Is it red?"}}, "field 'meta.rephrasings': expected a list of strings, got 'Is it red?'"),
+    ({"meta": {"translations": {"French": "Est-ce rouge ?"}}},
+     "field 'meta.translations': 'French' is not a language code (lower-case ISO 639, optionally with a region)"),
+    ({"meta": {"translations": {"fr": 3}}}, "field 'meta.translations.fr': expected a string, got 3"),
     ({"quesiton": "x"}, "field 'quesiton': unknown field; did you mean 'question'? (fields: row_id, dataset, "
                         "group_id, cluster, images, question, options, label, primitive, answers, context, "
                         "category, meta; put anything else under 'meta')"),
@@ -59,6 +64,13 @@ def _error(path, settings=None) -> RowError:
 def test_wrong_typed_fields_are_caught_at_load(tmp_path, changes, message):
     path = _manifest(tmp_path, [_record(**changes)])
     assert str(_error(path)) == f"{path}:1: {message}"
+
+
+def test_meta_keys_no_family_reads_are_the_users_and_those_it_reads_load_when_right(tmp_path):
+    meta = {"rotation_variant": False, "rephrasings": ["Is it red?"], "translations": {"pt-BR": "É vermelho?"},
+            "source": {"any": ["thing", 1]}}
+    [row] = load_jsonl(_manifest(tmp_path, [_record(meta=meta)]))
+    assert row.meta == meta
 
 
 def test_a_key_given_twice_is_refused(tmp_path):

@@ -281,14 +281,14 @@ def test_a_family_declared_in_one_module_runs_end_to_end(gate):
     result.stderr.fnmatch_lines(["*check 'max_asr' does not apply to family 'grayscale'*"])
 
 
-def install_plugin_package(site: Path, module: str, source: str) -> None:
+def install_plugin_package(site: Path, module: str, source: str, family: str = "grayscale") -> None:
     """Install a package into ``site`` as pip would leave it: its module and a dist-info folder whose
-    entry_points.txt names the module under ``laya_robustness.families``."""
+    entry_points.txt names the module under ``laya_robustness.families`` (as ``family``)."""
     (site / f"{module}.py").write_text(source)
-    info = site / "laya_grayscale_family-0.1.dist-info"
+    info = site / f"laya_{family}_family-0.1.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: laya-grayscale-family\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[laya_robustness.families]\ngrayscale = {module}\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: laya-{family}-family\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[laya_robustness.families]\n{family} = {module}\n")
     (info / "RECORD").write_text("")
 
 

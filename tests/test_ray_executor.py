@@ -22,7 +22,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fakes import slow_scoring  # noqa: E402
-from test_plugin import PASSING_LIMITS, make_gate  # noqa: E402  (the gate project of the plugin tests)
+from test_plugin import PASSING_LIMITS, install_plugin_package, make_gate  # noqa: E402  (the gate project of the plugin tests)
 
 from laya_robustness.fixtures.rows import generate_rows, write_manifest  # noqa: E402
 from laya_robustness.run.errors import HarnessError  # noqa: E402
@@ -116,21 +116,22 @@ def gate(pytester, monkeypatch):
 FAKE_RUN = ("--families", "option_order", "--batch-size", "2")
 
 
-def start_gate(project: Path, *args, job: str | None = None) -> subprocess.Popen:
+def start_gate(project: Path, *args, job: str | None = None, path: tuple[Path, ...] = ()) -> subprocess.Popen:
     """``pytest robustness_tests`` in ``project`` (no snapshot, benchmark, invariance or gpu tests) as a process;
-    ``job``: the Ray job's runtime env it runs under (``job_env``)."""
+    ``job``: the Ray job's runtime env it runs under (``job_env``); ``path``: folders it imports from besides the
+    fakes'."""
     cmd = [sys.executable, "-m", "pytest", "robustness_tests", "--thresholds", "limits.toml",
            "-k", "not (snapshot or benchmark or invariance or gpu)", *args]
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (TESTS, *path)))}
     env.pop(JOB_CONFIG, None)
     if job is not None:
         env[JOB_CONFIG] = job
     return subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def gate_run(project: Path, *args, job: str | None = None) -> tuple[int, str]:
+def gate_run(project: Path, *args, job: str | None = None, path: tuple[Path, ...] = ()) -> tuple[int, str]:
     """(exit status, output) of a gate run in ``project`` (see ``start_gate``)."""
-    process = start_gate(project, *args, job=job)
+    process = start_gate(project, *args, job=job, path=path)
     out, _ = process.communicate(timeout=600)
     return process.returncode, out
 
@@ -277,27 +278,67 @@ def test_a_cell_whose_scorer_raises_fails_its_own_tests_and_the_stream_goes_on(p
     assert _records(project / "one-cell-broken" / "predictions.jsonl.gz") == orig
 
 
-def test_a_row_its_family_cannot_build_fails_as_it_does_locally_not_as_a_harness_error(ray_head, tmp_path):
-    """A row whose rotation class is no boolean: rotation's builder raises on the actor that builds it, and the
-    run reports it as a local run does (its test fails with the builder's own error, exit 1), not as a crash of
-    the harness (exit 3)."""
-    shutil.copytree(ROOT / "robustness_tests", tmp_path / "robustness_tests",
+def _gate_with_one_row_marked(folder: Path, key: str, value) -> tuple[Path, list[dict]]:
+    """A gate project in ``folder`` over 8 colour_choice rows (the fake oracle scorer), the fourth row's
+    ``meta[key]`` set to ``value``: the manifest and its rows."""
+    shutil.copytree(ROOT / "robustness_tests", folder / "robustness_tests",
                     ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))
-    manifest = write_manifest(generate_rows("colour_choice", 8, seed=5), tmp_path / "rows")
+    manifest = write_manifest(generate_rows("colour_choice", 8, seed=5), folder / "rows")
     rows = [json.loads(line) for line in manifest.read_text().splitlines()]
-    rows[3]["meta"]["rotation_variant"] = "yes"
+    rows[3]["meta"][key] = value
     manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\nlaya_scorer = fakes:oracle\n"
-                                         "laya_data = rows\nlaya_model = fake-model\n")
-    (tmp_path / "limits.toml").write_text(PASSING_LIMITS)
-    runs = {name: gate_run(tmp_path, "--families", "rotation", "--report-dir", name, *args, job=job_env())
+    (folder / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\nlaya_scorer = fakes:oracle\n"
+                                       "laya_data = rows\nlaya_model = fake-model\n")
+    return manifest, rows
+
+
+STRICT_GRAY = """
+from laya_robustness.families import Family, declare
+
+
+def build(rows, seed):
+    for row in rows:
+        if row.meta.get("shade") == "none":
+            raise ValueError(f"{row.row_id}: strict_gray has no grey for shade 'none'")
+    return [row.derive("strict_gray", "gray", images=tuple(i.convert("L").convert("RGB") for i in row.images))
+            for row in rows if row.images]
+
+
+declare(Family(name="strict_gray", build=build, row_wise=True, summary="the image in grayscale, or an error",
+               variants=("gray",), title="strict gray", short="gray"))
+"""
+
+
+def test_a_row_its_family_cannot_build_fails_as_it_does_locally_not_as_a_harness_error(ray_head, tmp_path):
+    """A family (an installed plug-in, built where its rows are scored) whose builder refuses one row: on Ray the
+    builder raises on the actor that builds the row, and the run reports it as a local run does (its test fails
+    with the builder's own error, exit 1), not as a crash of the harness (exit 3)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    install_plugin_package(site, "strict_gray_plugin", STRICT_GRAY, family="strict_gray")
+    _, rows = _gate_with_one_row_marked(tmp_path, "shade", "none")
+    (tmp_path / "limits.toml").write_text(PASSING_LIMITS + "[families.strict_gray]\nmax_flip = 0.9\n")
+    path = f"{TESTS}{os.pathsep}{site}"
+    runs = {name: gate_run(tmp_path, "--families", "strict_gray", "--report-dir", name, *args, path=(site,),
+                           job=job_env(PYTHONPATH=path))
             for name, args in [("local", ("-n", "0")), ("ray", ("--executor", "ray", "--ray-address", ray_head))]}
     for status, out in runs.values():
         assert status == 1, out
-        assert "FAILED robustness_tests/test_families.py::test_rotation[colour_choice-cpu]" in out, out
+        assert "FAILED robustness_tests/test_families.py::test_strict_gray[colour_choice-cpu]" in out, out
         assert "1 failed, 1 passed" in out and "HARNESS ERROR" not in out, out
-        assert f"ValueError: {rows[3]['row_id']}: field 'meta.rotation_variant': expected true or false, got 'yes'" \
-            in out, out
+        assert f"ValueError: {rows[3]['row_id']}: strict_gray has no grey for shade 'none'" in out, out
+
+
+def test_a_wrong_meta_value_a_family_reads_is_an_input_error_before_anything_is_scored(ray_head, tmp_path):
+    """A row whose rotation class is no boolean is refused when the rows are read, naming the file, line and field
+    (exit 4), on Ray as locally, and no row is scored."""
+    manifest, _ = _gate_with_one_row_marked(tmp_path, "rotation_variant", "yes")
+    (tmp_path / "limits.toml").write_text(PASSING_LIMITS)
+    for name, args in [("local", ("-n", "0")), ("ray", ("--executor", "ray", "--ray-address", ray_head))]:
+        status, out = gate_run(tmp_path, "--families", "rotation", "--report-dir", name, *args, job=job_env())
+        assert status == 4, out
+        assert f"--data: {manifest}:4: field 'meta.rotation_variant': expected true or false, got 'yes'" in out, out
+        assert not (tmp_path / name / "predictions.jsonl.gz").exists()
 
 
 def _records(path: Path) -> list[dict]:

@@ -28,13 +28,12 @@ Rows of every primitive get them (open rows too). No randomness: ``seed`` is unu
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from laya_robustness.families import Family, declare
-from laya_robustness.families.rephrase import LANGUAGE_CODE
 from laya_robustness.families.rephrase import TRANSLATIONS_KEY as USER_KEY
 from laya_robustness.metrics.stability import AV, V, stability_cell
-from laya_robustness.rows import Row
+from laya_robustness.rows import Row, user_meta_problem
 
 FAMILY = "language"
 LANGUAGES = ("fr", "de", "es", "it", "pt")
@@ -163,13 +162,9 @@ def translations(question: str) -> dict[str, str]:
 def user_translations(row: Row) -> dict[str, str]:
     """The row's ``meta["translations"]`` ({} when absent); a bad code or text raises ValueError."""
     value = row.meta.get(USER_KEY, {})
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{row.row_id}: field 'meta.{USER_KEY}': expected a mapping language -> text, got {value!r}")
-    for language, text in value.items():
-        if not isinstance(language, str) or not LANGUAGE_CODE.fullmatch(language):
-            raise ValueError(f"{row.row_id}: field 'meta.{USER_KEY}': {language!r} is not a language code")
-        if not isinstance(text, str):
-            raise ValueError(f"{row.row_id}: field 'meta.{USER_KEY}.{language}': expected a string, got {text!r}")
+    problem = user_meta_problem(USER_KEY, value)
+    if problem is not None:
+        raise ValueError(f"{row.row_id}: field 'meta.{problem[0]}': {problem[1]}")
     return dict(value)
 
 

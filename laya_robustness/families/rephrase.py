@@ -50,7 +50,7 @@ from typing import Callable, Mapping, Sequence
 
 from laya_robustness.families import Family, declare
 from laya_robustness.metrics.stability import AV, V, stability_cell
-from laya_robustness.rows import LANGUAGE_CODE, REPHRASINGS, TRANSLATIONS, Row  # noqa: F401  (LANGUAGE_CODE: its users)
+from laya_robustness.rows import LANGUAGE_CODE, REPHRASINGS, TRANSLATIONS, Row, user_meta_problem  # noqa: F401  (LANGUAGE_CODE: its users)
 
 FAMILY = "rephrase"
 USER_KEY, TRANSLATIONS_KEY = REPHRASINGS, TRANSLATIONS
@@ -153,8 +153,9 @@ def rephrasings(question: str) -> dict[str, str]:
 def user_strings(row: Row, key: str = USER_KEY) -> list[str]:
     """The row's ``meta[key]`` as a list of strings ([] when absent); anything else raises ValueError."""
     value = row.meta.get(key, [])
-    if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
-        raise ValueError(f"{row.row_id}: field 'meta.{key}': expected a list of strings, got {value!r}")
+    problem = user_meta_problem(key, value)
+    if problem is not None:
+        raise ValueError(f"{row.row_id}: field 'meta.{problem[0]}': {problem[1]}")
     return list(value)
 
 

@@ -38,14 +38,14 @@ from PIL import Image
 
 from laya_robustness.families import Family, declare
 from laya_robustness.metrics.stability import AV, V, rotation_cell
-from laya_robustness.rows import Row
+from laya_robustness.rows import ROTATION_VARIANT, Row, user_meta_problem
 
 ROTATION = "rotation"
 ROTATION_SWEEP = "rotation_sweep"
 FILL = (0, 0, 0)
 DEFAULT_ANGLES = {"rot_m30": -30, "rot_p30": 30}
 SWEEP_ANGLES = {f"rot{a}": a for a in range(30, 360, 30)}
-META_KEY = "rotation_variant"
+META_KEY = ROTATION_VARIANT
 META_DECIDED = "meta"
 
 #: Whole words (any case) that make a question rotation-variant: horizontal and vertical frame
@@ -81,10 +81,10 @@ def is_rotation_variant(question: str, options: Sequence[str] = ()) -> bool:
 def rotation_class(row: Row) -> tuple[bool, str]:
     """(rotation-variant?, why): the row's ``meta["rotation_variant"]`` when it has one, else the rule."""
     if META_KEY in row.meta:
-        value = row.meta[META_KEY]
-        if not isinstance(value, bool):
-            raise ValueError(f"{row.row_id}: field 'meta.{META_KEY}': expected true or false, got {value!r}")
-        return value, META_DECIDED
+        problem = user_meta_problem(META_KEY, row.meta[META_KEY])
+        if problem is not None:
+            raise ValueError(f"{row.row_id}: field 'meta.{problem[0]}': {problem[1]}")
+        return row.meta[META_KEY], META_DECIDED
     rule = rotation_rule(row.question, row.options)
     return bool(rule), rule
 

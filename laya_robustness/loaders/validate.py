@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 from laya_robustness.loaders.images import ImageRef, Where, file_image
 from laya_robustness.loaders.settings import LoadSettings
-from laya_robustness.rows import OPEN_LABEL, PRIMITIVES, RECORD_FIELDS, Row
+from laya_robustness.rows import OPEN_LABEL, PRIMITIVES, RECORD_FIELDS, Row, user_meta_problem
 
 NOUL_OPTIONS = ["no", "yes"]
 #: The longest text field of a row (a question, an option, a context, an accepted answer, an id), far above any
@@ -167,6 +167,10 @@ def record_row(record: Mapping[str, Any], where: Where, images: Callable[[Any], 
     meta = {} if record.get("meta") is None else record["meta"]
     if not isinstance(meta, dict):
         raise where.error("meta", f"expected an object, got {kind(meta)}")
+    for key, value in meta.items():
+        problem = user_meta_problem(key, value)
+        if problem is not None:
+            raise where.error(f"meta.{problem[0]}", problem[1])
     row = Row(row_id=row_id, dataset=dataset, group_id=group_id, cluster=cluster, images=(), question=question,
               options=tuple(options), label=label, primitive=primitive, context=context or None,
               category=category, meta=meta, answers=tuple(answers))

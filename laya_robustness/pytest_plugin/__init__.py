@@ -168,8 +168,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     # The cells the selected family tests will ask for, in their order (after -k, -m, --lf and the rest deselected):
     # on --executor ray they are scored as one stream from the first test on (run.executors.ray_stream).
+    # pytest calls this hook even when collection stopped on an error (a bad input file: there is no plan to make).
     state = session.config.stash.get(SESSION_KEY, None)
-    if state is not None and state.run.models.uses_ray and not session.config.option.collectonly:
+    if state is not None and state.usage_error is None and state.run.models.uses_ray \
+            and not session.config.option.collectonly:
         state.run.plan(planned_cells(session.items, state.run))
 
 
