@@ -167,6 +167,7 @@ def test_a_ray_run_reports_what_a_local_run_does(project, local, ray_head):
     executor = json.loads((project / "ray" / "summary.json").read_text())["meta"]["executor"]
     assert executor["name"] == "ray" and executor["address"] == ray_head and executor["actors"] == 2
     assert sum(executor["nodes"].values()) == 2 and executor["replaced_actors"] == 0
+    assert executor["keeps_freed_memory"] is True  # --keep-freed-memory yes, the default, holds on the actors too
     assert "executor" not in json.loads((local / "summary.json").read_text())["meta"]
 
 

@@ -255,6 +255,17 @@ def test_a_ray_actor_tells_its_loaded_scorer_to_forget_images():
     assert forgotten == [["d1"]]
 
 
+def test_a_ray_actor_has_malloc_keep_freed_memory_only_when_the_run_does(monkeypatch):
+    from laya_robustness.run.executors import ray_actor
+
+    asked: list = []
+    monkeypatch.setattr(ray_actor, "keep_malloc_freed_memory", lambda: asked.append(True) or True)
+    assert ray_actor.ScoringActor({}, "cpu").keeps_freed_memory is False and asked == []
+    assert ray_actor.ScoringActor({}, "cpu", keep_freed_memory=True).keeps_freed_memory is True and asked == [True]
+    monkeypatch.setattr(ray_actor, "keep_malloc_freed_memory", lambda: False)  # a C library that is not glibc
+    assert ray_actor.ScoringActor({}, "cpu", keep_freed_memory=True).keeps_freed_memory is False
+
+
 def test_a_streamed_map_keeps_the_order_and_at_most_ahead_results_under_way(monkeypatch):
     monkeypatch.setattr(images, "BUILD_THREADS", 2)
     lock, started, taken, most = threading.Lock(), [], [0], [0]

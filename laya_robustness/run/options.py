@@ -229,7 +229,8 @@ OPTIONS = (
            "the rows", _int(0)),
     Option("--keep-freed-memory", "yes", "yes: glibc's malloc keeps freed memory for reuse instead of unmapping "
            "large blocks, which CPU forwards then fault in anew (about 2x on photo-sized inputs), and gives it back "
-           "as images are let go (half --image-cache-mb of them) and at each cell's end; no: leave malloc as it is", parse_switch),
+           "as images are let go (half --image-cache-mb of them) and at each cell's end (a Ray actor: after every call); "
+           "no: leave malloc as it is", parse_switch),
     Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
            "file, a caption JSONL file or a directory of them"),
     Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "

@@ -248,7 +248,8 @@ class RunScorers:
             expected["captions"] = expected_weights(self.dual_model, "hf")
         gpus = device.startswith("cuda")
         return RayActorPool(loads, on, self.cluster.actor_count(s.ray_actors, gpus), gpus,
-                            f"the Ray actors at {s.ray_address}", expected, self.cluster, s.image_cache_mb << 20)
+                            f"the Ray actors at {s.ray_address}", expected, self.cluster, s.image_cache_mb << 20,
+                            s.keep_freed_memory)
 
     def executor_meta(self, device: str) -> dict | None:
         """Where the scoring of ``device`` ran, for the reports' meta: None when in this process (the executor

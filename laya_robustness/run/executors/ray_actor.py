@@ -14,6 +14,7 @@ from laya_robustness.run.models import load_source_scorer
 from laya_robustness.run.scoring import Scoring
 from laya_robustness.run.variants import family_variants, image_counts
 from laya_robustness.scoring.malloc import give_back_freed_memory
+from laya_robustness.scoring.malloc import keep_freed_memory as keep_malloc_freed_memory
 
 
 def actor_device(device: str) -> str:
@@ -30,14 +31,17 @@ class ScoringActor:
     """The body of one actor: the ``Scoring`` of each row source (``loads[source]()``), each loaded once on
     first use, and their invariance runs. Rows arrive with their images waiting (``run.images``: a source image as
     its file's bytes, a variant image as the recipe that builds it); the actor makes their pixels, holding what it
-    made in its own image store of ``image_cache_bytes`` until the front end says no row waits for it."""
+    made in its own image store of ``image_cache_bytes`` until the front end says no row waits for it. With
+    ``keep_freed_memory`` (``--keep-freed-memory``, as in the front end) malloc keeps freed memory for reuse
+    (``scoring.malloc``); it is given back after every call."""
 
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str,
-                 image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES):
+                 image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES, keep_freed_memory: bool = False):
         self.loads, self.device = dict(loads), device
         self.scorings: dict[str, Scoring] = {}
         self._invariance: dict[str, InvarianceRun] = {}
         self.store = ImageStore(image_cache_bytes)
+        self.keeps_freed_memory = keep_freed_memory and keep_malloc_freed_memory()
 
     def _scoring(self, source: str) -> Scoring:
         if source not in self.scorings:
@@ -45,13 +49,13 @@ class ScoringActor:
         return self.scorings[source]
 
     def prepare(self, sources: Sequence[str]) -> dict:
-        """Load the scorers of ``sources``; say the node (its IP address) and device this actor runs on and each
-        scorer's identity."""
+        """Load the scorers of ``sources``; say the node (its IP address) and device this actor runs on, each
+        scorer's identity and whether its malloc keeps freed memory."""
         import ray
 
         identities = {source: dict(getattr(self._scoring(source).scorer, "identity", {})) for source in sources}
         return {"node": ray.util.get_node_ip_address(), "device_name": device_name(self.device),
-                "identities": identities}
+                "identities": identities, "keeps_freed_memory": self.keeps_freed_memory}
 
     def records(self, source: str, rows: Sequence[Row]) -> list[Record]:
         """The records of ``rows``, their pixels made here (and the memory they took given back after)."""

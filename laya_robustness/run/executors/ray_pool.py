@@ -107,16 +107,18 @@ def _cause(exc: Exception) -> BaseException:
 
 class RayActorPool:
     """``n_actors`` actors on the connected cluster, each holding the scorers ``loads`` build (per row source) on
-    ``device``, one GPU each when ``gpus``, else one CPU; ``label`` names the pool in errors."""
+    ``device``, one GPU each when ``gpus``, else one CPU; ``label`` names the pool in errors. Each actor holds
+    ``image_cache_bytes`` of images and, with ``keep_freed_memory``, has malloc keep freed memory
+    (``ScoringActor``)."""
 
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str, n_actors: int, gpus: bool,
                  label: str, expected: Mapping[str, dict | None] | None = None, cluster=None,
-                 image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES):
+                 image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES, keep_freed_memory: bool = False):
         import ray
 
         self.label, self.device, self.replaced, self.cluster = label, device, 0, cluster
         self._checked = 0.0  # when the head was last asked whether it answers (time.monotonic)
-        self.image_cache_bytes = image_cache_bytes
+        self.image_cache_bytes, self.keep_freed_memory = image_cache_bytes, keep_freed_memory
         self.expected = dict(expected or {})  # source -> the weights' sha256 this machine found (None: unknown)
         options = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_restarts": 0, "max_task_retries": 0}
         self._actor_class = ray.remote(**options)(ScoringActor)
@@ -131,7 +133,7 @@ class RayActorPool:
     # -- actors ---------------------------------------------------------------------------------
 
     def _new_slot(self, number: int) -> Slot:
-        actor = self._actor_class.remote(self._loads, self.device, self.image_cache_bytes)
+        actor = self._actor_class.remote(self._loads, self.device, self.image_cache_bytes, self.keep_freed_memory)
         return Slot(number, actor, actor.prepare.remote(self.sources))
 
     def _alive(self) -> None:
@@ -206,11 +208,14 @@ class RayActorPool:
         self.replaced += 1
 
     def meta(self) -> dict:
-        """How many actors, on which nodes (IP address -> actors), on which devices, and how many were replaced."""
+        """How many actors, on which nodes (IP address -> actors), on which devices, how many were replaced, whether
+        every actor's malloc kept freed memory, and the variant images they built, kept, took and built again."""
         nodes = Counter(s.where["node"] for s in self.slots if s.where)
         names = sorted({s.where["device_name"] for s in self.slots if s.where})
+        kept = [s.where.get("keeps_freed_memory", False) for s in self.slots if s.where]
         return {"actors": len(self.slots), "nodes": dict(sorted(nodes.items())), "device_names": names,
-                "replaced_actors": self.replaced, "variant_images": self.image_counts()}
+                "replaced_actors": self.replaced, "keeps_freed_memory": bool(kept) and all(kept),
+                "variant_images": self.image_counts()}
 
     def image_counts(self) -> dict:
         """The variant images the actors built, kept for one another, took from one another and built again, summed
