@@ -60,6 +60,26 @@ def _first_line_of_body(page: str) -> str:
     return page.split("<body>", 1)[1].split("\n", 1)[0]
 
 
+def test_the_planned_cells_are_those_of_the_family_tests_the_run_scores_not_of_tests_named_like_them():
+    from types import SimpleNamespace
+
+    from laya_robustness.pytest_plugin.gate_tests import family_tests
+    from laya_robustness.pytest_plugin.selection import planned_cells
+
+    def item(function, dataset, skipped=False):
+        return SimpleNamespace(function=function, callspec=SimpleNamespace(params={"dataset": dataset, "device": "cpu"}),
+                               get_closest_marker=lambda name: object() if skipped and name == "skip" else None)
+
+    def test_rotation(robustness, dataset, device):  # a test of the user's own, named like rotation's
+        pass
+
+    tests = family_tests()
+    run = SimpleNamespace(run_cells=lambda: [("rotation", "a"), ("rotation", "b"), ("orig", "a")])
+    items = [item(tests["test_orig"], "a"), item(test_rotation, "a"), item(tests["test_rotation"], "b"),
+             item(tests["test_rotation"], "a", skipped=True), item(tests["test_text"], "a")]
+    assert planned_cells(items, run) == [("orig", "a", "cpu"), ("rotation", "b", "cpu")]
+
+
 def test_narrowed_runs_keep_the_complete_report_and_their_reports_say_what_they_covered(gate):
     """The issue's case: a failing run of two families, then the same command with --lf; then -k, --deselect,
     --sw and -x, each leaving cells unjudged. One full run serves them all (and the junit failure text)."""

@@ -11,6 +11,9 @@ import pytest
 
 from laya_robustness.families import Family, declared
 
+#: The attribute of a family test's function that names its family (what ``selection.planned_cells`` reads).
+FAMILY_ATTRIBUTE = "gate_family"
+
 
 def _family_test(family: Family) -> Callable:
     """The test of one family: question rows are parametrised by ``dataset``, caption rows by ``caption_set``."""
@@ -22,6 +25,7 @@ def _family_test(family: Family) -> Callable:
         def test(robustness, dataset, device):
             robustness.check_family(name, dataset, device)
     test.__name__ = test.__qualname__ = f"test_{name}"
+    setattr(test, FAMILY_ATTRIBUTE, name)
     test.__doc__ = f"{name}: {family.summary}; its limits in the limits file hold."
     marks = [getattr(pytest.mark, name)] + ([pytest.mark.slow] if family.slow else [])
     for mark in marks:

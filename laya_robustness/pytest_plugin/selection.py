@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from laya_robustness.pytest_plugin.gate_tests import FAMILY_ATTRIBUTE
 from laya_robustness.pytest_plugin.options import default_of
 from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.scope import Scope, decide_scope
@@ -56,10 +57,10 @@ def planned_cells(items, run: GateRun) -> list[tuple[str, str, str]]:
     runnable, out = set(run.run_cells()), []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        name = getattr(getattr(item, "function", None), "__name__", "")
+        family = getattr(getattr(item, "function", None), FAMILY_ATTRIBUTE, None)
         dataset = params.get("dataset", params.get("caption_set"))
-        if not name.startswith("test_") or dataset is None or "device" not in params:
+        if family is None or dataset is None or "device" not in params:
             continue
-        if item.get_closest_marker("skip") is None and (name[len("test_"):], dataset) in runnable:
-            out.append((name[len("test_"):], dataset, params["device"]))
+        if item.get_closest_marker("skip") is None and (family, dataset) in runnable:
+            out.append((family, dataset, params["device"]))
     return out
