@@ -1,11 +1,13 @@
 """Which waiting shard a free actor of the Ray pool takes (``RayActorPool._dispatch``): chunks to score before
 groups to build, a group never queued behind a chunk being scored, a chunk queued behind one only when no actor
-is building, groups in order, a chunk to the actor whose images it scored first among several. In this process:
+is building, groups in order, a chunk to the actor whose images it scored first among several, a chunk's groups
+built by the actor that claimed the chunk, which then scores it. In this process:
 the actors are stand-ins that note what they are sent."""
 
 from types import SimpleNamespace
 
-from laya_robustness.run.executors.ray_pool import PIPELINE, RayActorPool, Shard, Slot
+from laya_robustness.run.executors.ray_pool import GROUPS_PER_CHUNK, PIPELINE, RayActorPool, Shard, Slot
+from laya_robustness.run.variants import expected_chunks
 
 
 class NotingActor:
@@ -25,7 +27,8 @@ class NotingActor:
 def _pool(n_actors: int) -> tuple[RayActorPool, list]:
     sent: list = []
     pool = object.__new__(RayActorPool)  # no cluster: only the dispatching state
-    pool.home, pool.slots = {}, [Slot(i, NotingActor(i, sent), ready=None) for i in range(n_actors)]
+    pool.home, pool.builder = {}, {}
+    pool.slots = [Slot(i, NotingActor(i, sent), ready=None) for i in range(n_actors)]
     return pool, sent
 
 
@@ -33,8 +36,9 @@ def _chunk(name: str, clusters=("a",)) -> Shard:
     return Shard(name, "rows", [SimpleNamespace(cluster=c, name=name) for c in clusters])
 
 
-def _group(name: str) -> Shard:
-    return Shard(name, "rows", [SimpleNamespace(cluster=f"src-{name}", name=name)], "variants", ("rotation", 0, True))
+def _group(name: str, chunk=None) -> Shard:
+    return Shard(name, "rows", [SimpleNamespace(cluster=f"src-{name}", name=name)], "variants", ("rotation", 0, True),
+                 chunk=chunk)
 
 
 def _finish(pool: RayActorPool, number: int, builds: bool) -> None:
@@ -97,3 +101,58 @@ def test_an_actor_that_builds_a_group_becomes_its_images_home():
     pool._dispatch([_chunk("c0", ("src-g0",))], {})  # actor 0 scores src-g0 first
     pool._dispatch([_group("g0")], {})  # actor 1, idle, builds g0
     assert sent[1] == (1, "variants", "g0") and pool.home["src-g0"] == 1
+
+
+def test_the_groups_of_a_chunk_are_built_by_the_actor_that_claimed_it_and_it_scores_the_chunk():
+    pool, sent = _pool(2)
+    waiting = [_group(f"a{i}", chunk=0) for i in range(3)] + [_group(f"b{i}", chunk=1) for i in range(2)]
+    pool._dispatch(waiting, {})
+    # actor 0 claims chunk 0 (and takes its next group as well), actor 1 claims chunk 1
+    assert sorted(sent) == [(0, "variants", "a0"), (0, "variants", "a1"), (1, "variants", "b0"), (1, "variants", "b1")]
+    assert [s.index for s in waiting] == ["a2"]
+    _finish(pool, 1, builds=True)
+    _finish(pool, 1, builds=True)
+    _finish(pool, 0, builds=True)
+    pool._dispatch(waiting, {})  # actor 1 is idle, but a2 is actor 0's to build, and actor 0 has room
+    assert sent[-1] == (0, "variants", "a2") and not waiting
+    _finish(pool, 0, builds=True)
+    _finish(pool, 0, builds=True)
+    # the rows of chunks 0 (a0-a2) and 1 (b0, b1) are in: each is scored by the actor that built it
+    waiting = [_chunk("c1", ("src-b0", "src-b1")), _chunk("c0", ("src-a0", "src-a1", "src-a2"))]
+    pool._dispatch(waiting, {})
+    assert sorted(sent[-2:]) == [(0, "records", "c0"), (1, "records", "c1")]
+
+
+def test_an_idle_actor_builds_a_chunk_no_actor_claimed_before_it_takes_another_actors_chunk():
+    pool, sent = _pool(2)
+    pool.home = {"src-a0": 0}
+    pool.slots[0].in_flight = pool.slots[0].building = 1  # actor 0 builds
+    waiting = [_chunk("c0", ("src-a0",)), _group("b0", chunk=1)]
+    pool._dispatch(waiting, {})
+    # actor 1 builds the unclaimed chunk; actor 0 takes its own chunk behind its group
+    assert sorted(sent) == [(0, "records", "c0"), (1, "variants", "b0")] and not waiting
+
+
+def test_an_idle_actor_with_nothing_of_its_own_takes_another_actors_work_rather_than_wait():
+    pool, sent = _pool(2)
+    pool.builder = {0: 0}
+    pool.slots[0].in_flight = pool.slots[0].building = PIPELINE  # actor 0 has no room
+    waiting = [_group("a3", chunk=0)]
+    pool._dispatch(waiting, {})
+    assert sent == [(1, "variants", "a3")]
+    pool.home = {"src-a0": 0}
+    waiting = [_chunk("c0", ("src-a0",))]
+    _finish(pool, 1, builds=True)
+    pool._dispatch(waiting, {})
+    assert sent[-1] == (1, "records", "c0")
+
+
+def test_a_cells_source_rows_are_cut_into_groups_by_the_chunk_their_variants_land_in():
+    rows = list(range(11))
+    chunks = expected_chunks("rotation", len(rows), 8)  # 2 variant rows a row: 4 source rows a chunk
+    assert chunks == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2]
+    groups = RayActorPool.variant_groups(rows, chunks)
+    assert [chunk for chunk, _ in groups] == [0] * GROUPS_PER_CHUNK + [1] * GROUPS_PER_CHUNK + [2] * 3
+    assert [row for _, group in groups for row in group] == rows
+    wide = RayActorPool.variant_groups(list(range(10)), [0] * 10)
+    assert [len(g) for _, g in wide] == [3, 3, 3, 1]

@@ -30,7 +30,7 @@ class InProcessPool:
         self.slots, self.failed, self.store, self.scoring = [None, None], None, store, scoring
         self.random, self.crash_family, self.calls = random.Random(seed), crash_family, []
 
-    variant_groups = RayActorPool.variant_groups
+    variant_groups = staticmethod(RayActorPool.variant_groups)
 
     def object_store_bytes(self) -> int:
         return 0

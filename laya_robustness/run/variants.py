@@ -78,6 +78,25 @@ def builds_on_executor(name: str) -> bool:
     return family.reads_pixels and family.row_wise
 
 
+def variant_rows_per_row(name: str) -> int:
+    """How many variant rows family ``name`` is expected to make of a source row: its declared variant names (a
+    pattern, ending in ``*``, counts one), at least one. An estimate: a row may make fewer (no image) or more."""
+    declared = get_family(name).variants
+    return max(1, sum(1 for variant in declared if not variant.endswith("*")) + any(v.endswith("*") for v in declared))
+
+
+def expected_chunks(name: str, n_rows: int, chunk_rows: int) -> list[int]:
+    """For each of ``n_rows`` source rows, the chunk of ``chunk_rows`` variant rows its first variant row is
+    expected to land in, each row taken to make ``variant_rows_per_row(name)`` rows:
+    ``chunk(j) = (j * per_row) // chunk_rows``.
+
+    >>> expected_chunks("rotation", 5, 4)
+    [0, 0, 1, 1, 2]
+    """
+    per_row = variant_rows_per_row(name)
+    return [(j * per_row) // max(1, chunk_rows) for j in range(n_rows)]
+
+
 def adopt(variants: Sequence[Row], rows: Sequence[Row], store: ImageStore) -> list[Row]:
     """Variant rows built in another process, made this process's own: each variant image's recipe builds from
     the source row read here (``rows``: its images from their files, not the bytes they travelled as) and keeps

@@ -7,10 +7,14 @@ as actors free up, so a feed may give shards that depend on results already yiel
 cells). Scheduling: an actor has at most ``PIPELINE`` shards in flight (one scoring, one waiting, so it never
 idles while the next is sent). Scoring goes first: a free actor takes a waiting chunk to score before a group to
 build, and a group to build never waits behind a chunk on an actor (the cell's later rows wait for it), so the
-actors that are not scoring build, and chunks are scored as soon as their rows are in. Among the waiting chunks
-an actor takes the one with most rows whose image it was the first to score (their home), then one no actor has
-seen, so an image's later families (its rephrasings, its languages) meet the features that actor's encode-once
-cache already holds; groups are built in order. A shard whose actor dies (its process killed, its node lost) is
+actors that are not scoring build, and chunks are scored as soon as their rows are in. The groups of one chunk
+(the source rows whose variant rows are expected to land in it) are built by the actor that claims the chunk,
+which becomes their images' home and so scores the chunk: the images stay in that actor's memory instead of
+passing through Ray's object store to another actor. Among the waiting chunks an actor takes the one with most
+rows whose image it built or was the first to score (their home), then one no actor has seen, so an image's
+later families (its rephrasings, its languages) meet the features that actor's encode-once cache already holds.
+What is another actor's (a chunk at home there, a group of a chunk it claimed) a free actor takes only when no
+actor has a shard of its own to take, rather than idle. A shard whose actor dies (its process killed, its node lost) is
 sent again to another actor and the dead one is replaced; records are taken only from shards that completed, so
 none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an exception raised by the
 scorer (it would raise anywhere), stops the call.
@@ -30,6 +34,7 @@ from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.executors.ray_cluster import ClusterLost
 from laya_robustness.run.images import DEFAULT_IMAGE_CACHE_BYTES
 from laya_robustness.run.scoring import Scoring
+from laya_robustness.run.variants import expected_chunks
 
 #: Shards in flight per actor.
 PIPELINE = 2
@@ -39,8 +44,10 @@ MAX_ATTEMPTS = 3
 LOOKAHEAD = 8
 #: Seconds a wait for results lasts before the cluster's head is checked (a lost head is found in seconds).
 WAIT_S = 1.0
-#: Source rows an actor builds a family's variants of in one call, at most.
-VARIANT_GROUP_ROWS = 16
+#: Groups (calls) one chunk's source rows are built in, all on the actor that claims the chunk, which then scores it.
+GROUPS_PER_CHUNK = 4
+#: Rows a chunk is taken to hold where the chunks have no fixed size (the predict path).
+FALLBACK_CHUNK_ROWS = 256
 
 
 @dataclass
@@ -70,6 +77,7 @@ class Shard:
     rows: Sequence[Row]
     method: str = "records"
     args: tuple = ()
+    chunk: object = None  # a group to build: the chunk its variant rows are expected to land in (None: any actor)
     attempts: int = 0
     clusters: Counter = field(default_factory=Counter)
 
@@ -125,6 +133,7 @@ class RayActorPool:
         self._loads = dict(loads)
         self.sources: list[str] = []  # the sources every actor has loaded
         self.home: dict[str, int] = {}  # image cluster -> the slot that scored it first
+        self.builder: dict[object, int] = {}  # a chunk whose groups are being built -> the slot that builds them
         self.failed: Shard | None = None  # the shard whose error ``results`` raised last
         self.slots = [self._new_slot(i) for i in range(n_actors)]
         for slot in self.slots:
@@ -257,19 +266,31 @@ class RayActorPool:
 
         return int(ray.cluster_resources().get("object_store_memory", 0))
 
-    def variant_groups(self, rows: Sequence[Row]) -> list[Sequence[Row]]:
-        """``rows`` (source rows) in the groups whose variants one actor builds in one call: ``VARIANT_GROUP_ROWS``
-        rows at most, at least ``LOOKAHEAD`` groups per actor where there are enough rows."""
-        size = max(1, min(VARIANT_GROUP_ROWS, -(-len(rows) // (LOOKAHEAD * len(self.slots)))))
-        return [rows[i:i + size] for i in range(0, len(rows), size)]
+    @staticmethod
+    def variant_groups(rows: Sequence[Row], chunks: Sequence[int]) -> list[tuple[int, Sequence[Row]]]:
+        """``rows`` (source rows) in the groups whose variants one actor builds in one call, each with the chunk
+        its variant rows are expected to land in (``chunks``, one per row, ``run.variants.expected_chunks``): the
+        rows of one chunk cut into ``GROUPS_PER_CHUNK`` groups, which the actor that claims the chunk builds."""
+        groups: list[tuple[int, Sequence[Row]]] = []
+        start = 0
+        while start < len(rows):
+            end = start
+            while end < len(rows) and chunks[end] == chunks[start]:
+                end += 1
+            size = -(-(end - start) // GROUPS_PER_CHUNK)
+            groups += [(chunks[start], rows[i:min(i + size, end)]) for i in range(start, end, size)]
+            start = end
+        return groups
 
     def variants(self, source: str, family: str, rows: Sequence[Row], seed: int) -> list[Row]:
         """``family``'s variant rows of the source ``rows``, in their order, built on the actors (one call per
         ``variant_groups`` group): each group's images wait in the store of the actor that built it, which is their
-        clusters' home, so the chunks that score them mostly go there (another actor builds them again)."""
-        groups = self.variant_groups(rows)
+        clusters' home, so the chunks that score them mostly go there (another actor takes them from Ray's object
+        store, or builds them again)."""
+        groups, call = self.variant_groups(rows, expected_chunks(family, len(rows), FALLBACK_CHUNK_ROWS)), object()
         built: dict[int, list[Row]] = dict(self.results(ShardsOf(
-            Shard(i, source, group, "variants", (family, seed)) for i, group in enumerate(groups))))
+            Shard(i, source, group, "variants", (family, seed), chunk=(call, chunk))
+            for i, (chunk, group) in enumerate(groups))))
         return [row for i in range(len(groups)) for row in built[i]]
 
     def results(self, feed: "Feed") -> Iterator[tuple[object, list]]:
@@ -320,18 +341,21 @@ class RayActorPool:
 
     def _dispatch(self, waiting: list[Shard], running: dict) -> None:
         """Hand waiting shards to the ready actors with room, the least busy first (``_pick`` says what each may
-        take); watch loading actors."""
+        take; what is another actor's is taken only when no actor has a shard of its own to take); watch loading
+        actors."""
         for slot in self.slots:
             if slot.ready is not None and slot.ready not in running:
                 running[slot.ready] = (slot, slot.actor, None)
         while waiting:
             free = sorted((s for s in self.slots if s.ready is None and s.in_flight < PIPELINE),
                           key=lambda s: (s.scoring, s.in_flight))  # idle, building, scoring
-            picks = ((slot, self._pick(slot, waiting)) for slot in free)
+            picks = ((slot, self._pick(slot, waiting, steal)) for steal in (False, True) for slot in free)
             slot, position = next(((s, p) for s, p in picks if p is not None), (None, None))
             if slot is None:
                 return
             shard = waiting.pop(position)
+            if shard.builds and shard.chunk is not None:
+                self.builder.setdefault(shard.chunk, slot.number)
             for cluster in shard.clusters:  # an actor that builds variants holds their images: their new home
                 if shard.builds:
                     self.home[cluster] = slot.number
@@ -342,11 +366,16 @@ class RayActorPool:
             method = getattr(slot.actor, shard.method)
             running[method.remote(shard.source, shard.rows, *shard.args)] = (slot, slot.actor, shard)
 
-    def _pick(self, slot: Slot, waiting: Sequence[Shard]) -> int | None:
-        """The position of the waiting shard ``slot`` takes next, None if none. A chunk to score first (the one with
-        most rows at home on the slot, then fewest at home on another, then the oldest), but one waits behind the
-        slot's chunk being scored only when no actor is building (a builder is free sooner); else the oldest group
-        to build, unless the slot is scoring (the cell's later rows would wait behind its chunk)."""
+    def _pick(self, slot: Slot, waiting: Sequence[Shard], steal: bool = False) -> int | None:
+        """The position of the waiting shard ``slot`` takes next, None if none.
+
+        A chunk to score first: the one with most rows at home on the slot, then fewest at home on another, then
+        the oldest; one whose rows are all at home on other actors, or one to wait behind the slot's chunk being
+        scored, only with ``steal`` (when no actor has a shard of its own to take), and the latter only when no
+        actor is building (a builder is free sooner). Else, unless the slot is scoring (the cell's later rows would
+        wait behind its chunk), the oldest group to build of a chunk the slot builds; then, if it builds nothing,
+        of a chunk no actor builds yet (it claims the chunk: its images stay in its memory, and it will score it);
+        with ``steal``, of any chunk."""
         number = slot.number
 
         def score(position: int):
@@ -356,11 +385,22 @@ class RayActorPool:
             return (mine, -others, -position)
 
         chunks = [i for i, shard in enumerate(waiting) if not shard.builds]
-        if chunks and not (slot.scoring and any(s.building for s in self.slots)):
-            return max(chunks, key=score)
+        if chunks and (steal or not slot.scoring) and not (slot.scoring and any(s.building for s in self.slots)):
+            best = max(chunks, key=score)
+            mine, others, _ = score(best)
+            if mine or not others or steal:
+                return best
         if slot.scoring:
             return None
-        return next((i for i, shard in enumerate(waiting) if shard.builds), None)
+        groups = [i for i, shard in enumerate(waiting) if shard.builds]
+        builder = [self.builder.get(waiting[i].chunk) if waiting[i].chunk is not None else number for i in groups]
+        own = [i for i, b in zip(groups, builder) if b == number]
+        if own or slot.building:
+            return own[0] if own else None
+        unclaimed = [i for i, b in zip(groups, builder) if b is None]
+        if unclaimed or steal:
+            return (unclaimed or groups or [None])[0]
+        return None
 
     def _lost(self, slot: Slot, actor, shard: Shard, exc: Exception, waiting: list[Shard]) -> None:
         """An actor died under a shard: replace it (once for all its shards) and send the shard again, first."""

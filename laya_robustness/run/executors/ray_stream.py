@@ -20,14 +20,12 @@ from typing import Callable, Iterator, Sequence
 from laya_robustness.records import Record
 from laya_robustness.rows import PendingImage, Row
 from laya_robustness.run.cells import CellBuildError, CellPlan, CellProgress, CellWork
-from laya_robustness.run.executors.ray_pool import RayActorPool, Shard, SourceExecutor
-from laya_robustness.run.variants import VariantBuild
+from laya_robustness.run.executors.ray_pool import FALLBACK_CHUNK_ROWS, RayActorPool, Shard, SourceExecutor
+from laya_robustness.run.variants import VariantBuild, expected_chunks
 
 BUILD, SCORE = "build", "score"
 #: Chunks per actor whose variant images the stream keeps built ahead of their scoring, at most.
 KEPT_CHUNKS_PER_ACTOR = 2
-#: Rows a chunk is taken to hold where the cells' chunks have no fixed size (the predict path).
-FALLBACK_CHUNK_ROWS = 256
 
 
 class StreamedCell:
@@ -41,6 +39,7 @@ class StreamedCell:
         self.plan: CellPlan | None = None
         self.work: CellWork | None = None
         self.groups: list[Sequence[Row]] = []
+        self.group_chunks: list[int] = []  # the chunk each group's variant rows are expected to land in
         self.to_build: list[int] = []
         self.built: dict[int, list[Row]] = {}
         self.next_group = 0
@@ -75,7 +74,9 @@ class RayStream:
     """The cells ``keys`` of ``source`` rows, scored on ``pool`` as one stream; ``plan_of(key)`` gives a cell's
     ``CellPlan`` when the stream starts it. ``records(key, progress)`` waits for one cell.
 
-    The variant images an actor builds are kept for the actor that scores them (``run.variants.VariantBuild``:
+    A cell's variants are built in the groups of source rows ``RayActorPool.variant_groups`` cuts by the chunk their
+    variant rows are expected to land in (``run.variants.expected_chunks``), so that one actor builds a chunk's
+    rows and scores it. The variant images an actor builds are kept for the actor that scores them (``run.variants.VariantBuild``:
     in Ray's object store, so they are built once) while the images kept for rows not yet scored stay under
     ``KEPT_CHUNKS_PER_ACTOR`` chunks per actor (their bytes estimated from the groups built so far, at most half
     the cluster's object store): past that, a group waits to be built while chunks are being scored, and is built
@@ -151,7 +152,8 @@ class RayStream:
                 return
             i = cell.to_build.pop(0)
             family, _, seed = cell.plan.build
-            shard = Shard((cell.number, BUILD, i), self.source, cell.groups[i], "variants", (family, seed, keep))
+            shard = Shard((cell.number, BUILD, i), self.source, cell.groups[i], "variants", (family, seed, keep),
+                          chunk=(cell.number, cell.group_chunks[i]))
             cell.sent[shard.index] = shard
             out.append(shard)
             n -= 1
@@ -181,7 +183,10 @@ class RayStream:
             cell.plan = plan = self.plan_of(cell.key)
             cell.work = plan.work()
             if plan.build is not None:
-                cell.groups = self.pool.variant_groups(plan.build[1])
+                family, rows, _ = plan.build
+                chunks = expected_chunks(family, len(rows), plan.chunk_rows or FALLBACK_CHUNK_ROWS)
+                groups = self.pool.variant_groups(rows, chunks)
+                cell.groups, cell.group_chunks = [g for _, g in groups], [c for c, _ in groups]
                 cell.to_build = list(range(len(cell.groups)))
                 if not cell.groups:
                     self._rows_arrived(cell, [], last=True)
