@@ -75,12 +75,13 @@ def test_a_second_run_waits_for_the_first_when_asked_to(tmp_path):
     assert taken.how == "taken" and taken.waited_for.token == first.token  # waited for the first run, then took it
 
 
-def _claim_once(folder, barrier, results):
+def _claim_once(folder, barrier, claimed, results):
     barrier.wait()
     try:
         results.put(claim(folder, RunIdentity.this_process()).how)
     except ReportDirInUse:
         results.put("refused")
+    claimed.wait()  # the holder stays alive until every claimant has claimed: a gone holder's lock is stale
 
 
 @pytest.mark.parametrize("stale", [False, True], ids=["free", "stale"])
@@ -89,8 +90,8 @@ def test_of_runs_claiming_at_once_exactly_one_holds_the_lock(tmp_path, stale):
         gone = RunIdentity("gone", 2 ** 22 + 1, socket.gethostname(), "2026-01-01T00:00:00Z")
         (tmp_path / LOCK_NAME).write_text(json.dumps(gone.as_dict()))
     context = multiprocessing.get_context("fork")  # no re-import of this module
-    barrier, results = context.Barrier(4), context.Queue()
-    workers = [context.Process(target=_claim_once, args=(tmp_path, barrier, results)) for _ in range(4)]
+    barrier, claimed, results = context.Barrier(4), context.Barrier(4), context.Queue()
+    workers = [context.Process(target=_claim_once, args=(tmp_path, barrier, claimed, results)) for _ in range(4)]
     for w in workers:
         w.start()
     outcomes = sorted(results.get(timeout=120) for _ in workers)
