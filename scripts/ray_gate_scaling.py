@@ -14,7 +14,8 @@ and prints one JSON object::
 
 ``--code DIR`` runs another checkout's code (front end and actors) on the same rows, for a before / after.
 Peak memory: the front end's (``wait4``'s maxrss) and the largest actor's (its RSS sampled every 0.2 s); CPU: the
-front end's, the actors' together (sampled likewise: their last 0.2 s may be missed), and how busy the machine's
+front end's, the actors' together (sampled likewise: their last 0.2 s may be missed; also their system time alone,
+``actors_system_s``, and their minor page faults, ``actors_minor_faults``, from ``/proc``), and how busy the machine's
 cores were over the run (``machine_busy``: 1.0 is every core busy all the time, whatever ran on them).
 """
 
@@ -63,7 +64,7 @@ class ActorMemory(threading.Thread):
     def __init__(self):
         super().__init__(daemon=True)
         self.peak, self.peak_uss, self.done = 0, 0, threading.Event()
-        self.cpu: dict[int, float] = {}  # actor pid -> its CPU seconds when last seen
+        self.cpu: dict[int, tuple[float, float, int]] = {}  # actor pid -> (user s, system s, minor faults) last seen
         self.front: int | None = None
         self.parts = {"actor": {"RssAnon": 0, "RssShmem": 0}, "front": {"RssAnon": 0, "RssShmem": 0}}
 
@@ -89,11 +90,13 @@ class ActorMemory(threading.Thread):
                 try:
                     memory = process.memory_full_info()
                     times = process.cpu_times()
-                except psutil.Error:
+                    with open(f"/proc/{process.pid}/stat") as fh:
+                        minor_faults = int(fh.read().rpartition(")")[2].split()[7])
+                except (psutil.Error, OSError):
                     continue
                 self.peak, self.peak_uss = max(self.peak, memory.rss), max(self.peak_uss, memory.uss)
                 self._parts("actor", process.pid)
-                self.cpu[process.pid] = times.user + times.system
+                self.cpu[process.pid] = (times.user, times.system, minor_faults)
 
 
 def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: list[str]) -> dict:
@@ -127,7 +130,9 @@ def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: l
         rows = sum(1 for _ in fh)
     return {"wall_s": wall, "front_cpu_s": usage.ru_utime + usage.ru_stime, "front_rss_mib": usage.ru_maxrss / 1024,
             "actor_rss_mib": memory.peak / 2**20, "actor_uss_mib": memory.peak_uss / 2**20, "rows": rows,
-            "actors_cpu_s": sum(memory.cpu.values()), "machine_busy": busy / (wall * (os.cpu_count() or 1)),
+            "actors_cpu_s": sum(u + s for u, s, _ in memory.cpu.values()),
+            "actors_system_s": sum(s for _, s, _ in memory.cpu.values()),
+            "actors_minor_faults": sum(f for _, _, f in memory.cpu.values()), "machine_busy": busy / (wall * (os.cpu_count() or 1)),
             **{f"{who}_{part.lower()}_mib": n / 2**20 for who, parts in memory.parts.items() for part, n in parts.items()},
             "predictions": (folder / report / "predictions.jsonl.gz").read_bytes()}
 
@@ -165,6 +170,7 @@ def main() -> None:
                                             for key in ("wall_s", "front_cpu_s", "front_rss_mib", "actor_rss_mib",
                                                         "actor_uss_mib", "front_rssanon_mib", "front_rssshmem_mib",
                                                         "actor_rssanon_mib", "actor_rssshmem_mib", "actors_cpu_s",
+                                                        "actors_system_s", "actors_minor_faults",
                                                         "machine_busy", "rows")}
                                     for k, v in runs.items()}
                 for k, v in results[n_rows].items():
