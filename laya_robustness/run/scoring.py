@@ -136,14 +136,24 @@ def scoring_chunks(rows: Sequence[Row], scoring_path: str, batch_size: int, per_
     if per_row:
         return [[i] for i in range(len(rows))]
     if scoring_path == "batch":
-        size = CHUNK_BATCHES * batch_size
-        return [list(range(i, min(i + size, len(rows)))) for i in range(0, len(rows), size)]
+        return consecutive_chunks(0, len(rows), CHUNK_BATCHES * batch_size)
     chunks: list[list[int]] = [[]]
     for cluster in cluster_indices(rows):
         if len(chunks[-1]) >= CHUNK_BATCHES * batch_size:
             chunks.append([])
         chunks[-1].extend(cluster)
     return [c for c in chunks if c]
+
+
+def consecutive_chunks(start: int, total: int, size: int, last: bool = True) -> list[list[int]]:
+    """The batch path's chunks of rows ``start`` .. ``total - 1``: consecutive slices of ``size`` rows, the last one
+    shorter; with ``last`` False (more rows are to come) only the full ones.
+
+    >>> consecutive_chunks(0, 5, 2), consecutive_chunks(2, 5, 2, last=False)
+    ([[0, 1], [2, 3], [4]], [[2, 3]])
+    """
+    stop = total if last else start + (total - start) // size * size
+    return [list(range(i, min(i + size, stop))) for i in range(start, stop, size)]
 
 
 class ChunksWithPixels(collections.abc.Sequence):

@@ -21,6 +21,7 @@ from laya_robustness.records import Record
 from laya_robustness.rows import PendingImage, Row
 from laya_robustness.run.cells import CellBuildError, CellPlan, CellProgress, CellWork
 from laya_robustness.run.executors.ray_pool import FALLBACK_CHUNK_ROWS, RayActorPool, Shard, SourceExecutor
+from laya_robustness.run.scoring import consecutive_chunks
 from laya_robustness.run.variants import VariantBuild, expected_chunks
 
 BUILD, SCORE = "build", "score"
@@ -202,9 +203,8 @@ class RayStream:
         work.extend(rows, [])
         total, chunks = len(work.rows), []
         if size:
-            while total - cell.chunked >= size or (last and cell.chunked < total):
-                chunks.append(list(range(cell.chunked, min(cell.chunked + size, total))))
-                cell.chunked = chunks[-1][-1] + 1
+            chunks = consecutive_chunks(cell.chunked, total, size, last)
+            cell.chunked = chunks[-1][-1] + 1 if chunks else cell.chunked
         elif last:
             chunks = cell.plan.chunks(work.rows)
         first = len(work.scoring.pending)
