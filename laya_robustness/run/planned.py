@@ -10,7 +10,7 @@ from laya_robustness.families import get_family
 from laya_robustness.records import ORIG
 from laya_robustness.run.cells import CellPlan, CellWork
 from laya_robustness.run.executors.ray_stream import stream_of
-from laya_robustness.run.scoring import CHUNK_BATCHES, scoring_chunks
+from laya_robustness.run.scoring import consecutive_chunk_rows, scoring_chunks
 from laya_robustness.run.variants import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
 
@@ -78,7 +78,7 @@ class PlannedCells:
         journal = run.journal(device, run.source_of(family, dataset))
         source, seed, s = self.source_rows(family, dataset), run.settings.seed, run.settings
         plan = CellPlan(key, lambda: self.work([], journal, executor, complete=False), self.chunks,
-                        chunk_rows=CHUNK_BATCHES * s.batch_size if s.scoring_path == "batch" else None)
+                        chunk_rows=consecutive_chunk_rows(s.scoring_path, s.batch_size))
         if family != ORIG and builds_on_executor(family):
             plan.build, plan.adopt = (family, source, seed), lambda rows: adopt(rows, source, run.inputs.images)
         else:

@@ -129,14 +129,26 @@ def cluster_indices(rows: Sequence[Row]) -> list[list[int]]:
     return list(groups.values())
 
 
+def consecutive_chunk_rows(scoring_path: str, batch_size: int) -> int | None:
+    """The rows of a scoring chunk where a family's chunks are consecutive slices of its rows (the batch path:
+    ``CHUNK_BATCHES`` batches, so the batches are the same as in one call); None where they are whole image
+    clusters (the predict path) and so known only once all its rows are.
+
+    >>> consecutive_chunk_rows("batch", 16), consecutive_chunk_rows("predict", 16)
+    (256, None)
+    """
+    return CHUNK_BATCHES * batch_size if scoring_path == "batch" else None
+
+
 def scoring_chunks(rows: Sequence[Row], scoring_path: str, batch_size: int, per_row: bool = False) -> list[list[int]]:
     """Row indices in the chunks a family is scored and journaled in: ``CHUNK_BATCHES`` batches of the
     batch path (so the batches are the same as in one call), whole image clusters of the predict path, or (a
     served model, ``per_row``) every row alone, so each answered row is journaled as it arrives."""
     if per_row:
         return [[i] for i in range(len(rows))]
-    if scoring_path == "batch":
-        return consecutive_chunks(0, len(rows), CHUNK_BATCHES * batch_size)
+    size = consecutive_chunk_rows(scoring_path, batch_size)
+    if size is not None:
+        return consecutive_chunks(0, len(rows), size)
     chunks: list[list[int]] = [[]]
     for cluster in cluster_indices(rows):
         if len(chunks[-1]) >= CHUNK_BATCHES * batch_size:
