@@ -639,4 +639,5 @@ def test_the_gate_scaling_script_measures_runs_that_match_the_local_one(tmp_path
     runs = result["runs"]["3"]
     assert result["predictions_identical_to_local"] and runs["1"]["rows"] == runs["local"]["rows"] == 33
     assert runs["1"]["front_cpu_s"] > 0 and runs["1"]["actor_rss_mib"] > 0 and runs["1"]["wall_ratio_to_first"] == 1
+    assert runs["1"]["wall_s_runs"] == [runs["1"]["wall_s"]] and len(runs["local"]["wall_s_runs"]) == 1
     assert 0 < runs["1"]["actors_system_s"] < runs["1"]["actors_cpu_s"] and runs["1"]["actors_minor_faults"] > 0
