@@ -180,10 +180,10 @@ def main() -> None:
                                                         "actor_rssanon_mib", "actor_rssshmem_mib", "actors_cpu_s",
                                                         "actors_system_s", "actors_minor_faults",
                                                         "machine_busy", "rows")}
+                                    | {"wall_s_runs": [round(r["wall_s"], 3) for r in v]}
                                     for k, v in runs.items()}
                 for k, v in results[n_rows].items():
                     v["front_cpu_s_per_1000_rows"] = round(1000 * v["front_cpu_s"] / v["rows"], 3)
-                    v["wall_s_runs"] = [round(r["wall_s"], 3) for r in runs[k if k == "local" else int(k)]]
                 one = results[n_rows].get(str(sizes[0]))
                 for n in sizes:
                     results[n_rows][str(n)]["wall_ratio_to_first"] = round(
