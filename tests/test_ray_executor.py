@@ -586,10 +586,21 @@ def test_a_source_image_travels_as_an_object_read_on_this_node_not_put_from_here
     assert ray.get(refs) == list(contents.values())
     assert ray.get(_READER["actor"].files_read.remote()) == 2
     node = ray.get_runtime_context().get_node_id()
-    assert all(node in where_kept["node_ids"] for where_kept in ray.experimental.get_object_locations(refs).values())
+    assert [set(where_kept) for where_kept in _object_locations(refs)] == [{node}] * len(refs)
     gone = shared_bytes(ray, ImageRef(where, "images", 10**8, file=Path("gone.jpg")))
     with pytest.raises(Exception, match=r"rows\.jsonl:3: field 'images': cannot read image .*gone\.jpg"):
         ray.get(gone)
+
+
+def _object_locations(refs, within_s: float = 10.0) -> list[list[str]]:
+    """The node ids holding each of ``refs``, once each has one (the raylet tells the object's owner where it was
+    stored after the object is made, so right after ``ray.get`` a location may not be known yet)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        nodes = [where_kept["node_ids"] for where_kept in ray.experimental.get_object_locations(refs).values()]
+        if all(nodes) or time.monotonic() > deadline:
+            return nodes
+        time.sleep(0.1)
 
 
 def _calls(shards, n_actors: int, per_row: float, calls_file) -> list[tuple[int, float, float]]:
