@@ -6,7 +6,16 @@ the actors are stand-ins that note what they are sent."""
 
 from types import SimpleNamespace
 
-from laya_robustness.run.executors.ray_pool import GROUPS_PER_CHUNK, PIPELINE, RayActorPool, Shard, Slot
+from laya_robustness.run.executors.ray_pool import (
+    BUILDING_CHUNKS_PER_ACTOR,
+    GROUPS_PER_CHUNK,
+    HOME_CLUSTERS,
+    PIPELINE,
+    RayActorPool,
+    Recent,
+    Shard,
+    Slot,
+)
 from laya_robustness.run.variants import expected_chunks
 
 
@@ -27,7 +36,7 @@ class NotingActor:
 def _pool(n_actors: int) -> tuple[RayActorPool, list]:
     sent: list = []
     pool = object.__new__(RayActorPool)  # no cluster: only the dispatching state
-    pool.home, pool.builder = {}, {}
+    pool.home, pool.builder = Recent(HOME_CLUSTERS), Recent(BUILDING_CHUNKS_PER_ACTOR * n_actors)
     pool.slots = [Slot(i, NotingActor(i, sent), ready=None) for i in range(n_actors)]
     return pool, sent
 
@@ -90,7 +99,7 @@ def test_no_actor_takes_a_group_while_every_actor_is_scoring():
 
 def test_among_chunks_an_actor_takes_the_one_whose_images_it_scored_first():
     pool, sent = _pool(2)
-    pool.home = {"x": 1, "y": 0}
+    pool.home.update({"x": 1, "y": 0})
     waiting = [_chunk("cx", ("x", "x")), _chunk("cy", ("y", "y"))]
     pool._dispatch(waiting, {})
     assert sorted(sent) == [(0, "records", "cy"), (1, "records", "cx")]
@@ -125,7 +134,7 @@ def test_the_groups_of_a_chunk_are_built_by_the_actor_that_claimed_it_and_it_sco
 
 def test_an_idle_actor_builds_a_chunk_no_actor_claimed_before_it_takes_another_actors_chunk():
     pool, sent = _pool(2)
-    pool.home = {"src-a0": 0}
+    pool.home.update({"src-a0": 0})
     pool.slots[0].in_flight = pool.slots[0].building = 1  # actor 0 builds
     waiting = [_chunk("c0", ("src-a0",)), _group("b0", chunk=1)]
     pool._dispatch(waiting, {})
@@ -135,16 +144,31 @@ def test_an_idle_actor_builds_a_chunk_no_actor_claimed_before_it_takes_another_a
 
 def test_an_idle_actor_with_nothing_of_its_own_takes_another_actors_work_rather_than_wait():
     pool, sent = _pool(2)
-    pool.builder = {0: 0}
+    pool.builder.update({0: 0})
     pool.slots[0].in_flight = pool.slots[0].building = PIPELINE  # actor 0 has no room
     waiting = [_group("a3", chunk=0)]
     pool._dispatch(waiting, {})
     assert sent == [(1, "variants", "a3")]
-    pool.home = {"src-a0": 0}
+    pool.home.update({"src-a0": 0})
     waiting = [_chunk("c0", ("src-a0",))]
     _finish(pool, 1, builds=True)
     pool._dispatch(waiting, {})
     assert sent[-1] == (1, "records", "c0")
+
+
+def test_what_the_pool_remembers_of_homes_and_builders_stays_bounded_whatever_the_number_of_rows():
+    pool, sent = _pool(2)
+    again = "photo-0"  # in every chunk: scored again and again, so remembered however many others come
+    for i in range(70):  # 70,000 image clusters, more than HOME_CLUSTERS
+        pool._dispatch([_chunk(f"c{i}", [again] + [f"im-{i}-{j}" for j in range(1000)])], {})
+        _finish(pool, sent[-1][0], builds=False)
+    assert len(pool.home) == HOME_CLUSTERS
+    assert again in pool.home and "im-69-999" in pool.home and "im-0-0" not in pool.home
+    claimed = BUILDING_CHUNKS_PER_ACTOR * 2 + 10
+    for chunk in range(claimed):
+        pool._dispatch([_group(f"g{chunk}", chunk=chunk)], {})
+        _finish(pool, sent[-1][0], builds=True)
+    assert list(pool.builder) == list(range(claimed - BUILDING_CHUNKS_PER_ACTOR * 2, claimed))
 
 
 def test_a_cells_source_rows_are_cut_into_groups_by_the_chunk_their_variants_land_in():

@@ -22,7 +22,7 @@ scorer (it would raise anywhere), stops the call.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence
@@ -48,6 +48,12 @@ WAIT_S = 1.0
 GROUPS_PER_CHUNK = 4
 #: Rows a chunk is taken to hold where the chunks have no fixed size (the predict path).
 FALLBACK_CHUNK_ROWS = 256
+#: Image clusters whose home the pool remembers, those sent most recently (about 10 MiB of keys): an older image's
+#: features have left its actor's caches (a 1 GiB feature cache holds about 7,000 tiles), so its home says nothing.
+HOME_CLUSTERS = 1 << 16
+#: Chunks per actor whose builder the pool remembers, those claimed most recently: a chunk's builder matters only
+#: while its groups wait or are built, and at most ``LOOKAHEAD + PIPELINE`` shards per actor do.
+BUILDING_CHUNKS_PER_ACTOR = 4 * (LOOKAHEAD + PIPELINE)
 
 
 @dataclass
@@ -107,6 +113,30 @@ class ShardsOf:
         return list(islice(self.shards, n))
 
 
+class Recent(OrderedDict):
+    """A mapping that holds the ``limit`` entries set or ``touch``-ed most recently: one more forgets the oldest.
+
+    >>> seen = Recent(2); seen["a"] = 1; seen["b"] = 2; seen.touch("a"); seen["c"] = 3
+    >>> dict(seen)
+    {'a': 1, 'c': 3}
+    """
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+    def touch(self, key) -> None:
+        """Mark ``key`` as just used (nothing when it is not held)."""
+        if key in self:
+            self.move_to_end(key)
+
+
 def _cause(exc: Exception) -> BaseException:
     """The exception a remote call raised, as it was raised (Ray wraps it in a RayTaskError)."""
     cause = getattr(exc, "cause", None)
@@ -132,8 +162,9 @@ class RayActorPool:
         self._actor_class = ray.remote(**options)(ScoringActor)
         self._loads = dict(loads)
         self.sources: list[str] = []  # the sources every actor has loaded
-        self.home: dict[str, int] = {}  # image cluster -> the slot that scored it first
-        self.builder: dict[object, int] = {}  # a chunk whose groups are being built -> the slot that builds them
+        self.home: dict[str, int] = Recent(HOME_CLUSTERS)  # image cluster -> the slot that scored it first
+        # a chunk whose groups are being built -> the slot that builds them
+        self.builder: dict[object, int] = Recent(BUILDING_CHUNKS_PER_ACTOR * n_actors)
         self.failed: Shard | None = None  # the shard whose error ``results`` raised last
         self.slots = [self._new_slot(i) for i in range(n_actors)]
         for slot in self.slots:
@@ -354,13 +385,13 @@ class RayActorPool:
             if slot is None:
                 return
             shard = waiting.pop(position)
-            if shard.builds and shard.chunk is not None:
-                self.builder.setdefault(shard.chunk, slot.number)
+            if shard.builds and shard.chunk is not None and shard.chunk not in self.builder:
+                self.builder[shard.chunk] = slot.number
             for cluster in shard.clusters:  # an actor that builds variants holds their images: their new home
-                if shard.builds:
+                if shard.builds or cluster not in self.home:
                     self.home[cluster] = slot.number
                 else:
-                    self.home.setdefault(cluster, slot.number)
+                    self.home.touch(cluster)
             slot.in_flight += 1
             slot.building += shard.builds
             method = getattr(slot.actor, shard.method)
