@@ -12,11 +12,12 @@ from laya_robustness.run.executors.ray_pool import (
     HOME_CLUSTERS,
     PIPELINE,
     RayActorPool,
-    Recent,
     Shard,
     Slot,
+    placement_stores,
 )
 from laya_robustness.run.variants import expected_chunks
+from laya_robustness.scoring.cache import ByteLRU
 
 
 class NotingActor:
@@ -36,7 +37,7 @@ class NotingActor:
 def _pool(n_actors: int) -> tuple[RayActorPool, list]:
     sent: list = []
     pool = object.__new__(RayActorPool)  # no cluster: only the dispatching state
-    pool.home, pool.builder = Recent(HOME_CLUSTERS), Recent(BUILDING_CHUNKS_PER_ACTOR * n_actors)
+    pool.home, pool.builder = placement_stores(n_actors)
     pool.slots = [Slot(i, NotingActor(i, sent), ready=None) for i in range(n_actors)]
     return pool, sent
 
@@ -48,6 +49,11 @@ def _chunk(name: str, clusters=("a",)) -> Shard:
 def _group(name: str, chunk=None) -> Shard:
     return Shard(name, "rows", [SimpleNamespace(cluster=f"src-{name}", name=name)], "variants", ("rotation", 0, True),
                  chunk=chunk)
+
+
+def _remember(store: ByteLRU, entries: dict) -> None:
+    for key, number in entries.items():
+        store.put(key, number, nbytes=1)
 
 
 def _finish(pool: RayActorPool, number: int, builds: bool) -> None:
@@ -99,7 +105,7 @@ def test_no_actor_takes_a_group_while_every_actor_is_scoring():
 
 def test_among_chunks_an_actor_takes_the_one_whose_images_it_scored_first():
     pool, sent = _pool(2)
-    pool.home.update({"x": 1, "y": 0})
+    _remember(pool.home, {"x": 1, "y": 0})
     waiting = [_chunk("cx", ("x", "x")), _chunk("cy", ("y", "y"))]
     pool._dispatch(waiting, {})
     assert sorted(sent) == [(0, "records", "cy"), (1, "records", "cx")]
@@ -109,7 +115,7 @@ def test_an_actor_that_builds_a_group_becomes_its_images_home():
     pool, sent = _pool(2)
     pool._dispatch([_chunk("c0", ("src-g0",))], {})  # actor 0 scores src-g0 first
     pool._dispatch([_group("g0")], {})  # actor 1, idle, builds g0
-    assert sent[1] == (1, "variants", "g0") and pool.home["src-g0"] == 1
+    assert sent[1] == (1, "variants", "g0") and pool.home.get("src-g0") == 1
 
 
 def test_the_groups_of_a_chunk_are_built_by_the_actor_that_claimed_it_and_it_scores_the_chunk():
@@ -134,7 +140,7 @@ def test_the_groups_of_a_chunk_are_built_by_the_actor_that_claimed_it_and_it_sco
 
 def test_an_idle_actor_builds_a_chunk_no_actor_claimed_before_it_takes_another_actors_chunk():
     pool, sent = _pool(2)
-    pool.home.update({"src-a0": 0})
+    _remember(pool.home, {"src-a0": 0})
     pool.slots[0].in_flight = pool.slots[0].building = 1  # actor 0 builds
     waiting = [_chunk("c0", ("src-a0",)), _group("b0", chunk=1)]
     pool._dispatch(waiting, {})
@@ -144,12 +150,12 @@ def test_an_idle_actor_builds_a_chunk_no_actor_claimed_before_it_takes_another_a
 
 def test_an_idle_actor_with_nothing_of_its_own_takes_another_actors_work_rather_than_wait():
     pool, sent = _pool(2)
-    pool.builder.update({0: 0})
+    _remember(pool.builder, {0: 0})
     pool.slots[0].in_flight = pool.slots[0].building = PIPELINE  # actor 0 has no room
     waiting = [_group("a3", chunk=0)]
     pool._dispatch(waiting, {})
     assert sent == [(1, "variants", "a3")]
-    pool.home.update({"src-a0": 0})
+    _remember(pool.home, {"src-a0": 0})
     waiting = [_chunk("c0", ("src-a0",))]
     _finish(pool, 1, builds=True)
     pool._dispatch(waiting, {})
@@ -168,7 +174,7 @@ def test_what_the_pool_remembers_of_homes_and_builders_stays_bounded_whatever_th
     for chunk in range(claimed):
         pool._dispatch([_group(f"g{chunk}", chunk=chunk)], {})
         _finish(pool, sent[-1][0], builds=True)
-    assert list(pool.builder) == list(range(claimed - BUILDING_CHUNKS_PER_ACTOR * 2, claimed))
+    assert pool.builder.keys() == list(range(claimed - BUILDING_CHUNKS_PER_ACTOR * 2, claimed))
 
 
 def test_a_cells_source_rows_are_cut_into_groups_by_the_chunk_their_variants_land_in():

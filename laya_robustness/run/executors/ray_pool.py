@@ -22,7 +22,7 @@ scorer (it would raise anywhere), stops the call.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence
@@ -35,6 +35,7 @@ from laya_robustness.run.executors.ray_cluster import ClusterLost
 from laya_robustness.run.images import DEFAULT_IMAGE_CACHE_BYTES
 from laya_robustness.run.scoring import Scoring
 from laya_robustness.run.variants import expected_chunks
+from laya_robustness.scoring.cache import ByteLRU
 
 #: Shards in flight per actor.
 PIPELINE = 2
@@ -113,28 +114,11 @@ class ShardsOf:
         return list(islice(self.shards, n))
 
 
-class Recent(OrderedDict):
-    """A mapping that holds the ``limit`` entries set or ``touch``-ed most recently: one more forgets the oldest.
-
-    >>> seen = Recent(2); seen["a"] = 1; seen["b"] = 2; seen.touch("a"); seen["c"] = 3
-    >>> dict(seen)
-    {'a': 1, 'c': 3}
-    """
-
-    def __init__(self, limit: int):
-        super().__init__()
-        self.limit = limit
-
-    def __setitem__(self, key, value) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self.limit:
-            self.popitem(last=False)
-
-    def touch(self, key) -> None:
-        """Mark ``key`` as just used (nothing when it is not held)."""
-        if key in self:
-            self.move_to_end(key)
+def placement_stores(n_actors: int) -> tuple[ByteLRU, ByteLRU]:
+    """What a pool of ``n_actors`` remembers to place shards, each entry counting one: image cluster -> the slot
+    that scored it first (``HOME_CLUSTERS`` entries), and chunk whose groups are being built -> the slot that builds
+    them (``BUILDING_CHUNKS_PER_ACTOR`` per actor); the least recently used go first."""
+    return ByteLRU(HOME_CLUSTERS), ByteLRU(BUILDING_CHUNKS_PER_ACTOR * n_actors)
 
 
 def _cause(exc: Exception) -> BaseException:
@@ -162,9 +146,7 @@ class RayActorPool:
         self._actor_class = ray.remote(**options)(ScoringActor)
         self._loads = dict(loads)
         self.sources: list[str] = []  # the sources every actor has loaded
-        self.home: dict[str, int] = Recent(HOME_CLUSTERS)  # image cluster -> the slot that scored it first
-        # a chunk whose groups are being built -> the slot that builds them
-        self.builder: dict[object, int] = Recent(BUILDING_CHUNKS_PER_ACTOR * n_actors)
+        self.home, self.builder = placement_stores(n_actors)
         self.failed: Shard | None = None  # the shard whose error ``results`` raised last
         self.slots = [self._new_slot(i) for i in range(n_actors)]
         for slot in self.slots:
@@ -386,10 +368,10 @@ class RayActorPool:
                 return
             shard = waiting.pop(position)
             if shard.builds and shard.chunk is not None and shard.chunk not in self.builder:
-                self.builder[shard.chunk] = slot.number
+                self.builder.put(shard.chunk, slot.number, nbytes=1)
             for cluster in shard.clusters:  # an actor that builds variants holds their images: their new home
                 if shard.builds or cluster not in self.home:
-                    self.home[cluster] = slot.number
+                    self.home.put(cluster, slot.number, nbytes=1)
                 else:
                     self.home.touch(cluster)
             slot.in_flight += 1
