@@ -22,16 +22,19 @@ from typing import Any, Callable, Iterable, Mapping
 
 from laya_robustness.families import declared
 from laya_robustness.gate.explain import failure_message
-from laya_robustness.gate.results import CheckResult
+from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
 from laya_robustness.gate.verdict import FAIL, XPASS
 from laya_robustness.records import ORIG
-from laya_robustness.run.errors import HarnessError, UsageError
+from laya_robustness.run.errors import EXIT_LIMIT_CROSSED, HarnessError, UsageError
 from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped
 from laya_robustness.run.invariance import CONDITION_NAMES, DUAL_CONDITIONS
 from laya_robustness.run.journal import JOURNAL_DIR
+from laya_robustness.run.lock import claim_or_say_why, release
+from laya_robustness.run.judged import JudgedTally
 from laya_robustness.run.options import OPTIONS, by_field, default_of, parse_settings
 from laya_robustness.run.reports import data_files
 from laya_robustness.run.scope import Scope, decide_scope
+from laya_robustness.scoring.in_memory import device_mismatch, processor_mismatch, unwrapped
 
 #: ``progress(label, done, total)``: told the rows scored of each cell (``label``: family/dataset (device)).
 ProgressCallback = Callable[[str, int, int], None]
@@ -53,10 +56,13 @@ class Failure:
 
 @dataclass
 class GateResult:
-    """What a gate run found: ``passed`` (``exit_status`` 0) or not (1, as the pytest gate would exit), the
-    ``summary`` (what summary.json holds), the ``checks`` (checks.json), the ``failures``, the ``invariance``
-    stats (invariance.json, None without any), the ``scope`` (what the run covered) and the checks that did not
-    run with their reasons (``skipped``: test id -> reason)."""
+    """What a gate run found: ``passed`` (``exit_status`` 0) or not (1 a limit was crossed, as the pytest gate
+    would exit; 4 or 3 when the run judged nothing), the ``summary`` (what summary.json holds), the ``checks``
+    (checks.json), the ``failures``, the ``invariance`` stats (invariance.json, None without any), the ``scope``
+    (what the run covered), the checks that did not run with their reasons (``skipped``: test id -> reason), how
+    many checks reached a verdict (``judged``) and, for a run that judged none, why (``nothing_judged``: such a run
+    never passes; its status is 4 when the selection leaves nothing to judge, 3 when what was scored gave the
+    limits nothing to judge)."""
 
     passed: bool
     exit_status: int
@@ -66,18 +72,29 @@ class GateResult:
     invariance: dict | None
     scope: Scope | None
     skipped: dict[str, str] = field(default_factory=dict)
+    judged: int = 0
+    nothing_judged: str | None = None
     _run: GateRun | None = field(default=None, repr=False, compare=False)
 
     def write(self, report_dir: str | Path) -> list[Path]:
         """Write the run's report files (summary.json, checks.json, predictions.jsonl.gz, invariance.json,
-        report.html, summary.md) in ``report_dir``, all or none; the paths written."""
+        report.html, summary.md) in ``report_dir``, all or none, holding its lock as a run does; the paths written.
+        Another run holding the folder, or a folder that cannot be written, is a ``UsageError`` naming
+        ``report_dir``; a failure while writing (a full disk) a ``HarnessError``."""
         from laya_robustness.report.folder import write_reports
 
-        folder = Path(report_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        written = write_reports(self._run, folder)
+        folder, run = Path(report_dir), self._run
+        try:
+            claim_or_say_why(folder, run.run_identity, wait_s=run.settings.report_dir_wait,
+                             hint="write(<another folder>), or once that run has ended")
+        except UsageError as exc:
+            raise exc.for_arguments() from None
+        try:
+            written = write_reports(run, folder)
+        finally:
+            release(folder, run.run_identity)
         if not written:
-            raise HarnessError(self._run.harness_errors[-1])
+            raise HarnessError(run.harness_errors[-1])
         return written
 
 
@@ -154,6 +171,10 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
                          hint="pass model=<a transformers model object> with processor=, or leave processor out")
     if in_memory and processor is None:
         raise UsageError("processor: a model loaded in memory needs its processor (processor=AutoProcessor...)")
+    if in_memory:
+        check_processor(model, processor)
+        if mismatch := device_mismatch(unwrapped(model), device):
+            raise UsageError(f"{mismatch[0]}: {mismatch[1]}")
     given = {"model": None if in_memory else model, "data": data, "families": families, "seed": seed,
              "rows_per_set": rows_per_set, "thresholds": thresholds, "limitations": limitations, "device": device,
              "scorer": scorer, "endpoint": endpoint, "executor": executor, "batch_size": batch_size,
@@ -167,8 +188,10 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
     root = Path(root) if root is not None else Path.cwd()
     scratch = None if report_dir is not None else Path(tempfile.mkdtemp(prefix="laya-run-"))
     given["report_dir"] = report_dir if report_dir is not None else scratch
+    raw = option_texts(given)
     try:
-        settings = parse_settings(option_texts(given), root=root, cwd=Path.cwd(), model_given="model" in given)
+        settings = parse_settings(raw, root=root, cwd=Path.cwd(), model_given="model" in given,
+                                  ray_given=[flag for flag in raw if flag.startswith("--ray-")])
     except UsageError as exc:
         _remove(scratch)
         raise exc.for_arguments() from None
@@ -183,15 +206,30 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
         _remove(scratch)
         raise exc.for_arguments() from None
     except HarnessError as exc:
-        if scratch is not None and settings.journal is None:  # what was scored stays, to be resumed
-            raise HarnessError(f"{exc} (what was scored is journaled in {scratch / JOURNAL_DIR}: run_gate(..., "
-                               f"journal={str(scratch / JOURNAL_DIR)!r}, resume=True) scores only the rest)",
+        kept = None if scratch is None or settings.journal is not None else scratch / JOURNAL_DIR
+        if kept is not None and _journaled(kept):  # what was scored stays, to be resumed
+            raise HarnessError(f"{exc} (what was scored is journaled in {kept}: run_gate(..., "
+                               f"journal={str(kept)!r}, resume=True) scores only the rest)",
                                stops_run=exc.stops_run) from exc
+        _remove(scratch)
         raise
     finally:
         run.close()
     _remove(scratch)
     return result
+
+
+def _journaled(journal: Path) -> bool:
+    """Whether a journal folder holds anything scored (a run that broke before scoring leaves none worth naming)."""
+    return journal.is_dir() and any(p.is_file() and p.stat().st_size for p in journal.rglob("*"))
+
+
+def check_processor(model, processor) -> None:
+    """``UsageError`` naming ``processor`` when it does not belong to the model in memory (``scoring.in_memory``)."""
+    why = processor_mismatch(unwrapped(model), processor)
+    if why:
+        hint = "pass the processor saved with the model: processor=AutoProcessor.from_pretrained(<its checkpoint>)"
+        raise UsageError(f"processor: {why}", hint=hint).for_arguments()
 
 
 def _remove(scratch: Path | None) -> None:
@@ -222,15 +260,30 @@ def judge_run(run: GateRun, invariance: bool = True, write: bool = False) -> Gat
     if run.settings.baseline is not None:
         checks += [(f"no_regression[{f}-{device}]", lambda f=f: run.check_regression(f, device))
                    for f in [ORIG, *run.families]]
+    tally = JudgedTally()
     for name, check in checks:
         try:
-            failures += _failures(check())
+            judged = check()
         except Skipped as exc:
             skipped[name] = str(exc)
+            tally.asked_for(skipped=str(exc))
+            continue
         except HarnessError as exc:
+            tally.asked_for()
             if exc.stops_run:
                 break
-    return _result(run, device, failures, skipped, write)
+            continue
+        failures += _failures(judged)
+        inapplicable = _not_applicable(judged)
+        tally.asked_for(judged=not inapplicable, not_applicable=inapplicable)
+    return _result(run, device, failures, skipped, write, tally)
+
+
+def _not_applicable(check) -> bool:
+    """Whether a judged cell, condition or regression decided nothing (every limit not applicable)."""
+    if isinstance(check, CellCheck):
+        return check.verdict.outcome == NOT_APPLICABLE
+    return bool(check.results) and all(r.decision == NOT_APPLICABLE for r in check.results)
 
 
 def _failures(check) -> list[Failure]:
@@ -247,16 +300,21 @@ def _failure(result: CheckResult, kind: str) -> Failure:
                    failure_message(result, []), kind)
 
 
-def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, write: bool) -> GateResult:
-    """The run's scope, reports and result; its harness errors raised once they are reported."""
+def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, write: bool,
+            tally: JudgedTally) -> GateResult:
+    """The run's scope, reports and result; its harness errors raised once they are reported. A run that judged
+    nothing is not passed (``GateResult.nothing_judged`` says why) and its reports say it is incomplete."""
     families = run.families
     narrowed = [] if tuple(families) == default_of("--families") else [f"--families {','.join(families)}"]
     if run.records or run.invariance_results:
         scored = {(f, d) for f, d, dev in run.scored if dev == device}
         judged = {(f, d) for f, d, dev in run.judged if dev == device}
         run.scopes = {device: decide_scope(run.run_cells(), scored, judged, narrowed)}
+    nothing = tally.nothing_judged()
     if run.harness_errors:
         run.incomplete_reason = f"{len(run.harness_errors)} harness error(s): {run.harness_errors[0]}"
+    elif nothing is not None:
+        run.incomplete_reason = nothing.message
     elif device in run.scopes and not run.scopes[device].complete:
         run.incomplete_reason = f"on {device} {run.scopes[device].shortfall}"
     files = data_files(run) if run.records or run.invariance_results else {}
@@ -270,6 +328,7 @@ def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, w
     named = {path.name: data for path, data in files.items()}
     checks = json.loads(named["checks.json"]) if "checks.json" in named else {"meta": {}, "results": []}
     invariance = json.loads(named["invariance.json"]) if "invariance.json" in named else None
-    return GateResult(passed=not failures, exit_status=1 if failures else 0, summary=run.summaries.get(device, {}),
+    status = nothing.status if nothing is not None else EXIT_LIMIT_CROSSED if failures else 0
+    return GateResult(passed=status == 0, exit_status=status, summary=run.summaries.get(device, {}),
                       checks=checks, failures=failures, invariance=invariance, scope=run.scopes.get(device),
-                      skipped=skipped, _run=run)
+                      skipped=skipped, judged=tally.judged, nothing_judged=nothing and nothing.message, _run=run)

@@ -92,7 +92,7 @@ def test_gate_passes_writes_reports_and_prints_the_table(gate):
     result.assert_outcomes(passed=6, skipped=40 + 34 + 48 + 4 + 6)
     result.stdout.fnmatch_lines(["*robustness gate (cpu)*", "family*dataset*acc*checks",
                                  "orig*colour_choice*ok", "image_shuffle*colour_choice*ok"])
-    result.stdout.fnmatch_lines(["*short test summary info*", "SKIPPED*CUDA is not available*"])
+    result.stdout.fnmatch_lines(["*short test summary info*", "SKIPPED*no CUDA device: the gpu tests cannot run here*"])
     result.stdout.fnmatch_lines(["SKIPPED*text is not in --families (option_order,image_shuffle)*"])
     result.stdout.fnmatch_lines(["SKIPPED*no caption rows to probe*give a dual encoder*"])
     summary = json.loads((gate.path / "reports" / "summary.json").read_text())
@@ -101,12 +101,19 @@ def test_gate_passes_writes_reports_and_prints_the_table(gate):
     assert (gate.path / "reports" / "predictions.jsonl.gz").stat().st_size > 0
 
 
-def test_gpu_tests_skip_with_a_reason_naming_cuda(gate):
+def test_gpu_tests_skip_with_a_reason_naming_cuda_and_the_release_command_does_not_pass_without_one(gate):
     result = run(gate, "-m", "gpu", "-rs", "--families", "option_order")
     # each gpu item: 20 question-family modules x 2 sets, 24 --baseline comparisons, 3 lgip modules, and the slow
     # rotation sweep x 2 sets
     result.assert_outcomes(skipped=40 + 24 + 3 + 2)
-    result.stdout.fnmatch_lines(["*CUDA is not available*"])
+    result.stdout.fnmatch_lines(["*no CUDA device: the gpu tests cannot run here*"])
+    # nothing was judged: the release gate on a machine without CUDA is a usage error, never a pass
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["NOTHING JUDGED (exit 4, the gate did not pass): no CUDA device: the gpu tests "
+                                 "cannot run here (torch.cuda.is_available() is False): 64 of the 69 checks asked "
+                                 "for need one, and nothing was judged; *the other checks were skipped (3: no "
+                                 "caption rows*; 2: slow*"])
+    assert not (gate.path / "reports" / "summary.json").exists()
 
 
 def test_k_selects_one_family(gate):
@@ -170,7 +177,10 @@ def test_the_users_rephrasings_and_translations_are_asked(gate):
     (gate.path / "tr.jsonl").write_text(json.dumps({"row_id": row_id, "translations": {"fr": "Est-ce la ?"}}) + "\n")
     result = run(gate, "--families", "rephrase,language", "--rephrasings", "reph.jsonl", "--translations", "tr.jsonl",
                  "-k", "(rephrase or language) and not gpu")
-    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), result.stdout.str()
+    # the limits set none for either family: their rows are scored and written, and nothing was judged (exit 4)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stdout.fnmatch_lines(["NOTHING JUDGED (exit 4, *): nothing was judged: all 6 checks asked for were skipped*"
+                                 "the limits set none for rephrase*"])
     import gzip
 
     with gzip.open(gate.path / "reports" / "predictions.jsonl.gz", "rt") as fh:
@@ -193,7 +203,7 @@ def test_rephrase_and_language_say_how_to_make_their_file_when_they_have_nothing
     write_manifest(rows, gate.path / "rows")
     result = run(gate, "--families", "rephrase,language", "-k", "colour_choice and (rephrase or language) and not gpu",
                  "-rs")
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()  # nothing was judged: a selection of skips
     result.stdout.fnmatch_lines([
         "SKIPPED*rephrase builds no variant of any colour_choice row: no rule applies to its questions and "
         "--rephrasings gives none; write rephrasings with a language model: python -m laya_robustness variants "
@@ -472,7 +482,8 @@ def test_each_scoring_configuration_keeps_its_own_snapshot(gate):
     base = ("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml", "-k", "snapshot and not gpu")
     assert gate.runpytest_subprocess(*base, "--snapshot-update").ret == 0
     predict = gate.runpytest_subprocess(*base, "--scoring-path", "predict", "-rs")
-    assert predict.ret == 0, predict.stdout.str()
+    # the snapshot alone was asked for and there is none of this configuration yet: nothing was judged (exit 4)
+    assert predict.ret == pytest.ExitCode.USAGE_ERROR, predict.stdout.str()
     predict.stdout.fnmatch_lines(["*no snapshot yet for this configuration (fake-model.cpu.rows.s0.n0.all.fakes_oracle-predict)*"])
     assert gate.runpytest_subprocess(*base, "--scoring-path", "predict", "--snapshot-update").ret == 0
     stored = sorted(p.name for p in (gate.path / "robustness_tests" / "__snapshots__").rglob("*.json"))

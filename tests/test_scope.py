@@ -153,7 +153,11 @@ def _assert_scope_leaves_cells_out(reports, how):
 
 def test_k_negation_alone_gives_a_report_of_negation_saying_so(gate):
     result = _gate(gate, "-k", "test_negation and not gpu")
-    assert result.ret == 0, result.stdout.str()
+    # the limits set none for negation: its cells are scored and reported, and nothing was judged (exit 4)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stdout.fnmatch_lines(["NOTHING JUDGED (exit 4, *): nothing was judged: all 2 checks asked for were skipped "
+                                 "(1: negation builds no variant of any colour_choice row*; 1: scored; the limits set "
+                                 "none for negation on exists_yesno)"])
     reports = gate.path / "reports"
     meta = _meta(reports / "summary.json")  # no complete report to keep: its own names, marked incomplete
     assert meta["complete"] is False and meta["scope"]["judged"] == {"negation": DATASETS}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import errno
-
 import pytest
 
 from laya_robustness.families import declared
@@ -11,13 +9,11 @@ from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
 from laya_robustness.pytest_plugin.selection import device_scopes, narrowed_by, planned_cells
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
-from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError
-from laya_robustness.run.lock import ReportDirInUse
+from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
+from laya_robustness.run.judged import NO_CUDA
 from laya_robustness.run.scorers import served_without_dual
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
-#: A report folder that cannot be written for these reasons is a bad --report-dir (exit 4); others (a full disk) are 3.
-UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST)
 MARKERS = {
     "gpu": "needs a CUDA device; skips with a reason where there is none",
     "invariance": "a repeat / batch invariance condition",
@@ -100,6 +96,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines = [f"laya-robustness: malloc left as it is ({why})"]
     if session.served:
         lines.append(f"laya-robustness: {session.run.models.served_capability()}")
+    if session.settings.limitations_note:
+        lines.append(f"laya-robustness: {session.settings.limitations_note}")
     sharing = prefix_sharing_line(session.settings)
     return lines + ([sharing] if sharing else [])
 
@@ -155,6 +153,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("slow") is not None:
                 item.add_marker(skip)
     session = robustness_session(config)
+    session.check_ids = {i.nodeid for i in items if _is_gate_check(i)}
     gate_items = any("robustness" in getattr(i, "fixturenames", ()) for i in items)
     if session.usage_error is not None or gate_items:
         session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
@@ -163,6 +162,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _claim_report_dir(config, session, items)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
+
+
+def _is_gate_check(item: pytest.Item) -> bool:
+    """A test that judges the gate: it uses the ``robustness`` fixture and is no benchmark (which measures only)."""
+    names = getattr(item, "fixturenames", ())
+    return "robustness" in names and "benchmark" not in names
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    # Each process counts the checks it ran, from their final reports (xfail included): an xdist worker's reach
+    # the controller in its payload.
+    report = yield
+    state = item.config.stash.get(SESSION_KEY, None)
+    if state is not None:
+        state.count_check(report)
+    return report
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -182,13 +198,10 @@ def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: 
     try:
         session.claim_report_dir()
         return
-    except ReportDirInUse as exc:
-        status = EXIT_USAGE
-        message = str(options.usage_error("--report-dir", exc, f"--report-dir {session.report_dir}-2 (or wait for it: "
-                                                       "--report-dir-wait 600)"))
-    except OSError as exc:
-        status = EXIT_USAGE if exc.errno in UNWRITABLE else EXIT_HARNESS
-        message = f"--report-dir: cannot write in {session.report_dir}: {exc}"
+    except UsageError as exc:
+        status, message = EXIT_USAGE, str(options.as_pytest(exc))
+    except HarnessError as exc:
+        status, message = EXIT_HARNESS, str(exc)
     if not _is_worker(config):
         if status == EXIT_USAGE:
             raise pytest.UsageError(message)
@@ -221,8 +234,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        pytest.skip("CUDA is not available: gpu-marked tests need a CUDA device (torch.cuda.is_available() "
-                    "is False)")
+        pytest.skip(NO_CUDA)
 
 
 @pytest.fixture(scope="session")
@@ -310,10 +322,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.deferred_snapshots and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         _compare_deferred_snapshots(session, state)
     run = state.run
+    state.tally.judged += len(state.snapshot_outcomes)  # a snapshot compared on the controller judged the run
+    if session.exitstatus == pytest.ExitCode.OK and not session.config.getoption("benchmark_only", False):
+        state.nothing_judged = state.tally.nothing_judged()
     if state.reported:
         stopped = bool(session.shouldstop or session.shouldfail)
         run.scopes = device_scopes(run, narrowed_by(session.config, run.families, stopped))
     run.incomplete_reason = incomplete_reason(session, exitstatus, run.harness_errors, run.scopes)
+    if state.nothing_judged is not None:
+        run.incomplete_reason = run.incomplete_reason or state.nothing_judged.message
+        session.exitstatus = state.nothing_judged.status
     if state.reported:
         _write_reports(state)
     if run.harness_errors:
@@ -326,7 +344,7 @@ def _write_reports(state: RobustnessSession) -> None:
 
     try:
         state.claim_report_dir()
-    except (ReportDirInUse, OSError) as exc:
+    except (UsageError, HarnessError) as exc:
         state.run.harness_errors.append(f"the reports were not written: {exc}")
         return
     state.run.written = write_reports(state.run)

@@ -15,7 +15,9 @@ from laya_robustness.pytest_plugin import outcomes
 from laya_robustness.pytest_plugin.options import as_pytest, read_settings
 from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.run.errors import UsageError
+from laya_robustness.gate.results import NOT_APPLICABLE
 from laya_robustness.run.gate_run import GateRun, Skipped
+from laya_robustness.run.judged import JudgedTally, NothingJudged
 from laya_robustness.run.lock import RunIdentity
 
 GPU_DEVICE = "cuda"
@@ -50,6 +52,11 @@ class RobustnessSession:
         # under xdist: the workers' summary snapshots ({device, name, path}), compared on the controller
         self.deferred_snapshots: list[dict] = []
         self.snapshot_outcomes: list = []  # snapshot.SnapshotOutcome of each, once compared
+        # the gate's checks this process ran (tests of the ``robustness`` fixture, benchmarks aside): judged or not
+        self.check_ids: set[str] = set()
+        self.tally = JudgedTally()
+        self.nothing_judged: NothingJudged | None = None  # set when the run ends having judged no check
+        self._inapplicable = False  # the running check decided nothing: every limit not applicable
 
     # what the gate's tests (and a project's own) read by name
     seed = property(lambda self: self.settings.seed)
@@ -76,17 +83,33 @@ class RobustnessSession:
     def check_family(self, family: str, dataset: str, device: str) -> None:
         """Evaluate every limit of (family, dataset); fail, xfail (known limitation), skip or pass."""
         check = _skipping(lambda: self.run.check_family(family, dataset, device))
+        self._inapplicable = check.verdict.outcome == NOT_APPLICABLE
         outcomes.cell_outcome(check.verdict, check.records, family, dataset, check.limits_files)
 
     def check_invariance(self, condition: str, device: str, source: str = "rows") -> None:
         """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
         check = _skipping(lambda: self.run.check_invariance(condition, device, source))
+        self._inapplicable = bool(check.results) and all(r.decision == NOT_APPLICABLE for r in check.results)
         outcomes.invariance_outcome(check.results, check.stats)
 
     def check_regression(self, family: str, device: str) -> None:
         """The family, over all its datasets, against the --baseline: its regression limits and the McNemar tests."""
         check = _skipping(lambda: self.run.check_regression(family, device))
         outcomes.regression_outcome(check.results, check.cell)
+
+    def count_check(self, report) -> None:
+        """Count a gate check's test in ``tally`` from its setup and call reports (``pytest_runtest_logreport``):
+        judged when it passed, failed or xfailed; skipped with its reason; not applicable when its check said so."""
+        if report.nodeid not in self.check_ids or report.when == "teardown":
+            return
+        inapplicable, self._inapplicable = self._inapplicable, False
+        if report.when == "setup" and report.passed:
+            return
+        if report.skipped and not hasattr(report, "wasxfail"):
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            self.tally.asked_for(skipped=reason.removeprefix("Skipped: "), not_applicable=inapplicable)
+        else:  # passed, failed, xfailed or xpassed in its call; an error in its setup judged nothing
+            self.tally.asked_for(judged=report.when == "call")
 
     def defer_snapshot(self, device: str, name: str, path) -> None:
         """A worker's summary snapshot, to be compared on the controller once every worker's records are in."""
@@ -120,7 +143,7 @@ class RobustnessSession:
 
     def claim_report_dir(self) -> None:
         """Hold --report-dir for this run (``GateRun.claim_report_dir``), saying so on the terminal while it waits
-        for another run to end. Raises ``ReportDirInUse`` or ``OSError``."""
+        for another run to end. Raises ``UsageError`` or ``HarnessError``."""
         def say_waiting(holder) -> None:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:

@@ -190,6 +190,7 @@ def write_summary(reporter, session) -> None:
     for error in run.harness_errors:
         reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
     if not session.reported:
+        _nothing_judged(reporter, session)
         return
     verbosity = reporter.config.getoption("verbose", 0)
     if verbosity > 0:
@@ -209,7 +210,7 @@ def write_summary(reporter, session) -> None:
             reporter.write_line(f"  {line}", red="BEYOND" in line)
         for line in outcome.diff.splitlines():
             reporter.write_line(line)
-        reporter.write_line("review the change; accept it with `pytest robustness_tests --snapshot-update` (-n 0)")
+        reporter.write_line(f"review the change; accept it with `{accept_command(reporter.config)}`")
     if run.written and verbosity >= 0:
         reporter.write_line(written_line(run.written))
     if run.incomplete_reason:
@@ -225,6 +226,45 @@ def write_summary(reporter, session) -> None:
         for line in verdict_lines(run, device, verbosity > 0):
             failing = line.startswith(MARKS[FAIL]) or line.startswith(MARKS[XPASS])
             reporter.write_line(line, red=failing)
+    _nothing_judged(reporter, session)
+
+
+def _nothing_judged(reporter, session) -> None:
+    """The last line of a run that judged no check: it does not pass (exit 4 or 3), and why."""
+    nothing = session.nothing_judged
+    if nothing is not None:
+        reporter.write_line(f"NOTHING JUDGED (exit {nothing.status}, the gate did not pass): {nothing.message}",
+                            red=True)
+
+
+#: xdist's options (syrupy cannot update snapshots under workers), with whether each takes a value.
+XDIST_FLAGS = {"-n": True, "--numprocesses": True, "--dist": True, "-d": False, "--maxprocesses": True}
+
+
+def accept_command(config) -> str:
+    """The command that records this run's snapshot: the run's own arguments (its model, data, families and every
+    other option name the snapshot), without xdist, with ``--snapshot-update``.
+
+    >>> class Config:
+    ...     class invocation_params:
+    ...         args = ("robustness_tests", "-n", "2", "--model", "my model", "--dist=load", "-k", "text")
+    >>> accept_command(Config)
+    "pytest robustness_tests --model 'my model' -k text --snapshot-update"
+    """
+    import shlex
+
+    words, kept = list(config.invocation_params.args), []
+    while words:
+        word = words.pop(0)
+        flag = word.split("=", 1)[0]
+        if word == "--snapshot-update":
+            continue
+        if flag in XDIST_FLAGS or (word.startswith("-n") and word[2:].isdigit()):
+            if XDIST_FLAGS.get(flag) and "=" not in word and words:
+                words.pop(0)
+            continue
+        kept.append(word)
+    return shlex.join(["pytest", *kept, "--snapshot-update"])
 
 
 def written_line(paths: list) -> str:

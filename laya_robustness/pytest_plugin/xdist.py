@@ -1,7 +1,7 @@
 """Under xdist: a scheduler that keeps every gate test of one dataset on one worker, and what a worker sends
-the controller (its records, check results, the cells it judged, harness errors, identities, scorer counters,
-invariance stats, deferred snapshots and what claiming the report folder did), merged there into the controller's
-session.
+the controller (its records, check results, the cells it judged, the tally of its checks, harness errors,
+identities, scorer counters, invariance stats, deferred snapshots and what claiming the report folder did), merged
+there into the controller's session.
 
 A dataset's family tests all need its orig records; spread over workers, each worker would score
 the orig rows again. ``DatasetScheduling`` is xdist's ``--dist loadscope`` with the dataset as the
@@ -64,7 +64,7 @@ def worker_payload(session) -> str:
                        "invariance": run.invariance_results,
                        "scored": sorted(run.scored), "judged": sorted(run.judged),
                        "snapshots": session.deferred_snapshots, "lock_notes": run.lock_notes,
-                       "start_error": session.start_error})
+                       "start_error": session.start_error, "tally": session.tally.as_dict()})
 
 
 def merge_payload(session, payload: str) -> None:
@@ -84,6 +84,7 @@ def merge_payload(session, payload: str) -> None:
     run.scored.update(tuple(key) for key in data["scored"])
     run.judged.update(tuple(key) for key in data["judged"])
     run.lock_notes += [n for n in data["lock_notes"] if n not in run.lock_notes]
+    session.tally.merge(data["tally"])
     if data["start_error"] and session.start_error is None:
         session.start_error = tuple(data["start_error"])
     for snapshot in data["snapshots"]:

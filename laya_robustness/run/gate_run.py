@@ -27,7 +27,7 @@ from laya_robustness.run.images import rows_with_pixels
 from laya_robustness.run.inputs import RunInputs
 from laya_robustness.run.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
 from laya_robustness.run.journal import JOURNAL_DIR, open_journal
-from laya_robustness.run.lock import Lease, RunIdentity, claim, release
+from laya_robustness.run.lock import Lease, RunIdentity, claim_or_say_why, release
 from laya_robustness.run.models import identity_key
 from laya_robustness.run.planned import PlannedCells
 from laya_robustness.run.scorers import RunScorers, served_without_dual
@@ -155,8 +155,10 @@ class GateRun:
     def claim_report_dir(self, on_wait: Callable[[object], None] | None = None) -> None:
         """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.lock``), renewing its lease
         while the process runs; ``on_wait(holder)`` is told when another run holds it and this one waits. Raises
-        ``ReportDirInUse`` or ``OSError``."""
-        held = claim(self.report_dir, self.run_identity, wait_s=self.settings.report_dir_wait, on_wait=on_wait)
+        ``UsageError`` (another run holds it, or it cannot be written) or ``HarnessError`` (a full disk)."""
+        held = claim_or_say_why(self.report_dir, self.run_identity, wait_s=self.settings.report_dir_wait,
+                                on_wait=on_wait, instead=f"--report-dir {self.report_dir}-2 (or wait for it: "
+                                                         "--report-dir-wait 600)")
         if held.waited_for is not None:
             self.lock_notes.append(f"waited for the run that held {self.report_dir} to end "
                                    f"({held.waited_for.describe()})")

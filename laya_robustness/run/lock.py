@@ -14,6 +14,7 @@ system allows it, so two runs cannot both take over one stale lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -82,6 +83,10 @@ class RunIdentity:
 
     def describe(self) -> str:
         return f"pid {self.pid} on host {self.host}, started {self.started}"
+
+
+#: A report folder that cannot be written for these reasons is a bad --report-dir (exit 4); others (a full disk) are 3.
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST)
 
 
 class ReportDirInUse(RuntimeError):
@@ -210,6 +215,25 @@ def renew(folder: Path, run: RunIdentity) -> bool:
     with contextlib.suppress(OSError):
         os.utime(lock)
     return True
+
+
+def claim_or_say_why(folder: Path, run: RunIdentity, wait_s: float = 0.0,
+                     on_wait: Callable[[RunIdentity | None], None] = lambda holder: None,
+                     instead: str | None = None, hint: str | None = None) -> Claim:
+    """``claim``, its failures as a run's errors: another run holding ``folder`` or a folder that cannot be written is
+    a ``UsageError`` about ``--report-dir`` (``instead``: what to type instead, or ``hint``), another failure of the
+    file system (a full disk) a ``HarnessError``."""
+    from laya_robustness.run.errors import HarnessError, UsageError
+
+    try:
+        return claim(folder, run, wait_s=wait_s, on_wait=on_wait)
+    except ReportDirInUse as exc:
+        raise UsageError(f"--report-dir: {exc}", "--report-dir", instead, hint) from None
+    except OSError as exc:
+        why = f"--report-dir: cannot write in {folder}: {exc}"
+        if exc.errno in UNWRITABLE:
+            raise UsageError(why, "--report-dir", hint=hint) from None
+        raise HarnessError(why) from exc
 
 
 def release(folder: Path, run: RunIdentity) -> bool:

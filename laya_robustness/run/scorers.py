@@ -15,6 +15,7 @@ from laya_robustness.run.models import (
     load_source_scorer,
 )
 from laya_robustness.scoring.base import capabilities
+from laya_robustness.scoring.in_memory import unwrapped
 
 
 def served_without_dual(what: str) -> str:
@@ -32,7 +33,10 @@ class RunScorers:
 
     def __init__(self, settings, root: Path, errors: list[str], model_object=None, processor=None):
         self.settings, self.root, self.errors = settings, Path(root), errors
-        self.model_object, self.processor = model_object, processor
+        # a model in memory is scored as the transformers model under its wrappers (a peft model's base, its
+        # adapters in place)
+        self.model_object = None if model_object is None else unwrapped(model_object)
+        self.processor = processor
         self._scorers: dict[str, object] = {}
         self._load_errors: dict[str, tuple[str, bool]] = {}  # identity key -> why its scorer could not load, fatal?
         self.identities: dict[str, dict] = {}  # identity key -> the loaded scorer's identity (also from workers)

@@ -72,6 +72,7 @@ from laya_robustness.scoring.hf_images import (
 from laya_robustness.scoring.hf_paths import Paths
 from laya_robustness.scoring.hf_planning import Planner, buckets
 from laya_robustness.scoring.hf_prefix_runs import PrefixRuns
+from laya_robustness.scoring.in_memory import unwrapped
 from laya_robustness.scoring.loading import (
     load_model,
     load_processor,
@@ -186,6 +187,7 @@ class HFVLMScorer:
         (the mode each module had is put back after every call). The identity is ``from_pretrained``'s for the
         directory ``model.save_pretrained`` writes: its weight files' hashes, and the config's ``_name_or_path``
         (``in-memory`` when empty) as the model's name."""
+        model = unwrapped(model)  # a peft model's base with its adapters in place; a DDP / compiled model's module
         if processor is None:
             raise TypeError("from_model needs processor: the model's processor (e.g. AutoProcessor.from_pretrained "
                             "of its checkpoint)")

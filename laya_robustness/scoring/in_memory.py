@@ -1,0 +1,74 @@
+"""A model handed over in memory: the transformers model under its wrappers (a peft adapter model, a
+DistributedDataParallel, a torch.compile'd module), and whether a processor belongs to it."""
+
+from __future__ import annotations
+
+#: The attributes under which torch's wrappers hold the module they wrap (DistributedDataParallel and FSDP1's
+#: ``module``, torch.compile's ``_orig_mod``).
+WRAPPED_MODULE = ("module", "_orig_mod")
+
+
+def unwrapped(model):
+    """The transformers model under ``model``'s wrappers: a peft model's ``get_base_model()`` (its adapters stay
+    in place in the module tree, so it scores with them, as the peft model's own forward does), the ``module`` of a
+    DistributedDataParallel or FSDP1 wrapper, the ``_orig_mod`` of a torch.compile'd model; ``model`` itself when
+    it wraps nothing."""
+    seen = set()
+    while id(model) not in seen:
+        seen.add(id(model))
+        if callable(getattr(type(model), "get_base_model", None)):
+            model = model.get_base_model()
+            continue
+        if getattr(model, "config", None) is None:
+            inner = [m for name, m in getattr(model, "_modules", {}).items() if name in WRAPPED_MODULE]
+            if inner:
+                model = inner[0]
+    return model
+
+
+def processor_mismatch(model, processor) -> str | None:
+    """Why ``processor`` does not belong to ``model`` (unwrapped), or None when nothing says it does not: the
+    processor class transformers makes for the model's type (``AutoProcessor``) is none of the processor's
+    classes, or its tokenizer has more tokens than the model's text embeddings.
+
+    A processor subclass of the model's own processor class belongs to it; a model type transformers has no
+    processor class for is judged by its tokenizer alone."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    config = model.config
+    model_type = getattr(config, "model_type", None)
+    expected = PROCESSOR_MAPPING_NAMES.get(model_type)
+    classes = {cls.__name__ for cls in type(processor).__mro__}
+    if expected and expected not in classes:
+        return (f"{type(processor).__name__} is not the processor of a model of type {model_type!r} (AutoProcessor "
+                f"makes {expected} for it)")
+    tokenizer = getattr(processor, "tokenizer", None)
+    vocab = getattr(config.get_text_config(), "vocab_size", None)
+    if tokenizer is not None and vocab and len(tokenizer) > vocab:
+        return (f"its tokenizer has {len(tokenizer)} tokens and the text embeddings of the model (type "
+                f"{model_type!r}) {vocab}: the tokenizer is not this model's")
+    return None
+
+
+def device_mismatch(model, device: str | None) -> tuple[str, str] | None:
+    """Why ``model`` (unwrapped) cannot be scored on ``device`` as it stands, as (the argument to change, why), or
+    None: weights on the meta device were never loaded, and a model in memory is scored where its weights are."""
+    import torch
+
+    first = next(model.parameters(), None)
+    if first is None:
+        return "model", "it has no parameters to score with"
+    own = first.device
+    if own.type == "meta":
+        return "model", ("its weights are on the meta device (made without loading them), so there is nothing to "
+                         "score: load them (from_pretrained, or to_empty then load_state_dict) first")
+    if device is None:
+        return None
+    try:
+        wanted = torch.device(device)
+    except (RuntimeError, TypeError):
+        return None  # the option's own check names a device that is no device
+    if wanted.type != own.type or (wanted.index is not None and wanted.index != (own.index or 0)):
+        return "device", (f"{device!r} is not the model's own device {str(own)!r}: a model in memory is scored where "
+                          f"its weights are; move it first (model.to({device!r})), or leave device out")
+    return None
