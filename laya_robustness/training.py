@@ -11,6 +11,14 @@ family's own, such as ASR) and ``robustness/failed_checks``, writes the evaluati
 when a check fails, naming it. Under distributed training only the main process scores (the others wait at their
 next collective); the stop decision is broadcast so every rank stops together.
 
+It never kills the training it watches: its inputs are checked before the first step (the rows and limits and the
+report folder when it is made; the processor, whether it belongs to the model and whether the Trainer will call it
+at all at ``on_train_begin``), each a ``UsageError`` naming the argument. A gate that breaks during training (a
+harness error, or anything else) is logged, written to that checkpoint's folder as ``incomplete.txt``, logged as
+``robustness/harness_errors``, and training goes on, or, with ``stop_on_fail``, stops once the Trainer has done
+that step's saving. A run that judged nothing counts as failed. A peft (LoRA) model, or any wrapper that exposes its
+base model, is scored with its adapters in place (``scoring.in_memory.unwrapped``).
+
 >>> callback = RobustnessCallback(data="laya_fixtures/rows", families=["option_order"], rows_per_set=8)  # doctest: +SKIP
 >>> Trainer(model=model, args=args, processing_class=processor, callbacks=[callback]).train()        # doctest: +SKIP
 """
@@ -25,9 +33,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from laya_robustness.api import GateResult, judge_run, option_texts
-from laya_robustness.run.errors import UsageError
+from laya_robustness.api import GateResult, check_processor, judge_run, option_texts
+from laya_robustness.run.errors import HarnessError, UsageError
+from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
+from laya_robustness.run.inputs import RunInputs
 from laya_robustness.run.options import parse_settings
 from laya_robustness.summary import headlines
 
@@ -35,6 +45,10 @@ logger = logging.getLogger(__name__)
 #: The events the callback gates at.
 EVERY = ("evaluate", "save")
 PREFIX = "robustness"
+#: What an evaluation whose gate broke leaves in its checkpoint folder.
+INCOMPLETE_NOTE = "incomplete.txt"
+#: The Trainer's strategy that calls each event, and the setting a user changes to have it called.
+STRATEGY = {"evaluate": "eval_strategy", "save": "save_strategy"}
 
 
 def logged_metrics(result: GateResult) -> dict[str, float]:
@@ -51,7 +65,8 @@ class RobustnessCallback(TrainerCallback):
 
     ``data`` (required: your validation rows), ``families``, ``rows_per_set``, ``seed``, ``thresholds`` and any
     other option (as ``run_gate`` takes them, e.g. ``batch_size=8``) are checked now: a bad one raises
-    ``UsageError`` naming it. ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it);
+    ``UsageError`` naming it, as are rows or limits that cannot be read and a ``report_dir`` that cannot be written.
+    ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it);
     ``invariance``: also run the invariance conditions (off: they test the scorer's numerics, not what training
     changes); ``processor``: the model's processor when the Trainer's ``processing_class`` is not it; ``trainer``:
     the Trainer to log through (found by itself when left out: the Trainer that calls the callback).
@@ -74,11 +89,29 @@ class RobustnessCallback(TrainerCallback):
             raise exc.for_arguments() from None
         self.every, self.stop_on_fail, self.invariance = every, stop_on_fail, invariance
         self.processor, self.trainer = processor, trainer
-        self._inputs = None  # the rows, read at the first evaluation
+        self._inputs = _read_inputs(self.settings)  # the rows and limits, read now: their errors are usage errors
+        _check_writable(self.settings.report_dir)
         self._variants: dict = {}  # the rows each family scores, built at the first evaluation
         self.results: dict[int, GateResult] = {}  # global step -> what the gate found there
+        self.errors: dict[int, str] = {}  # global step -> why the gate did not finish there
+
+    def check_trainer(self, args, model, processor) -> None:
+        """``UsageError`` naming the argument when the Trainer's setup cannot be gated: no processor (or one that
+        is not the model's), or a Trainer that never calls the event the callback gates at."""
+        strategy = STRATEGY[self.every]
+        value = getattr(getattr(args, strategy, None), "value", getattr(args, strategy, None))
+        if value == "no":
+            raise UsageError(f"every: {self.every!r} gates at each {self.every}, and the Trainer's {strategy} is 'no', "
+                             "so it would gate nothing", hint=f"set TrainingArguments({strategy}='steps', ...) or pass "
+                             f"every={'save' if self.every == 'evaluate' else 'evaluate'!r}").for_arguments()
+        _require_processor(processor)
+        if model is not None:
+            check_processor(model, processor)
 
     # -- events ------------------------------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        self.check_trainer(args, model, self.processor or processing_class)
 
     def on_evaluate(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.every == "evaluate":
@@ -93,22 +126,46 @@ class RobustnessCallback(TrainerCallback):
     def _gate(self, args, state, control, model, processing_class) -> None:
         failed: list[str] = []
         if state.is_world_process_zero:
-            result = self.gate(model, self.processor or processing_class, state.global_step)
-            self._log(state, logged_metrics(result))
-            failed = [f"{f.family}/{f.dataset} {f.check}" for f in result.failures]
-            if failed:
-                logger.warning("robustness gate at step %d: %d check(s) failed: %s", state.global_step, len(failed),
-                               "; ".join(failed))
+            failed = self._gate_here(state, model, self.processor or processing_class)
         if self.stop_on_fail and _agreed(bool(failed)):
             control.should_training_stop = True
             if failed:
                 logger.warning("robustness gate: training stopped at step %d (stop_on_fail)", state.global_step)
 
+    def _gate_here(self, state, model, processor) -> list[str]:
+        """Gate the model on this process: what failed (a check, nothing judged, or the gate itself breaking: logged,
+        noted in the checkpoint's folder; training goes on)."""
+        step = state.global_step
+        try:
+            result = self.gate(model, processor, step)
+        except Exception as exc:  # noqa: BLE001  (the gate never kills the training it watches)
+            self.errors[step] = f"{type(exc).__name__}: {exc}"
+            logger.error("robustness gate at step %d did not finish (training goes on): %s", step, self.errors[step],
+                         exc_info=not isinstance(exc, (HarnessError, UsageError)))
+            self._note_incomplete(step, self.errors[step])
+            self._log(state, {f"{PREFIX}/harness_errors": 1.0})
+            return [f"the gate itself ({self.errors[step]})"]
+        self._log(state, logged_metrics(result))
+        failed = [f"{f.family}/{f.dataset} {f.check}" for f in result.failures]
+        if result.nothing_judged:
+            failed.append(result.nothing_judged)
+        if failed:
+            logger.warning("robustness gate at step %d: %d check(s) failed: %s", step, len(failed), "; ".join(failed))
+        return failed
+
+    def _note_incomplete(self, step: int, why: str) -> None:
+        """``checkpoint-<step>/incomplete.txt``: why this evaluation's gate did not finish (a failure to write it is
+        logged: the training goes on)."""
+        folder = self.settings.report_dir / f"checkpoint-{step}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(folder / INCOMPLETE_NOTE, f"the robustness gate at step {step} did not finish: {why}\n")
+        except OSError as exc:
+            logger.error("robustness gate: cannot write %s: %s", folder / INCOMPLETE_NOTE, exc)
+
     def gate(self, model, processor, step: int) -> GateResult:
         """The gate's result on ``model`` (with ``processor``) as it stands, its reports in ``checkpoint-<step>/``."""
-        if processor is None or not hasattr(processor, "image_processor"):
-            raise UsageError("processor: the callback needs the model's processor (an image processor with its "
-                             "tokenizer): pass the Trainer processing_class=<the processor>, or processor= here")
+        _require_processor(processor)
         device = str(next(model.parameters()).device)
         settings = dataclasses.replace(self.settings, report_dir=self.settings.report_dir / f"checkpoint-{step}",
                                        device=device, model_name=getattr(model, "name_or_path", "") or "in-memory")
@@ -130,6 +187,37 @@ class RobustnessCallback(TrainerCallback):
             trainer.log(dict(metrics))
         else:
             state.log_history.append({**metrics, "step": state.global_step})
+
+
+def _require_processor(processor) -> None:
+    if processor is None or not hasattr(processor, "image_processor"):
+        raise UsageError("processor: the callback needs the model's processor (an image processor with its "
+                         "tokenizer): pass the Trainer processing_class=<the processor>, or processor= here")
+
+
+def _read_inputs(settings) -> RunInputs:
+    """The callback's rows and limits, read now (each evaluation reuses them): ``UsageError`` naming the argument."""
+    inputs = RunInputs(settings, False)
+    try:
+        inputs.thresholds  # noqa: B018  (reads the rows too)
+        if settings.baseline is not None:
+            inputs.baseline_records  # noqa: B018
+    except UsageError as exc:
+        raise exc.for_arguments() from None
+    return inputs
+
+
+def _check_writable(folder: Path) -> None:
+    """``UsageError`` naming ``report_dir`` when a file cannot be made in ``folder`` (made when missing)."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".laya-write-check-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"report_dir: cannot write in {folder}: {exc.strerror or exc}",
+                         hint="pass report_dir=<a folder this process can write>").for_arguments() from None
 
 
 def _calling_trainer(callback) -> Any:
