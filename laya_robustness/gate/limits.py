@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from laya_robustness.embedded import EMBEDDED_DATA, EMBEDDED_LIMITATIONS, EMBEDDED_MODEL
 from laya_robustness.families import compares_flips, declared
-from laya_robustness.gate.thresholds import Gate, Thresholds, load_thresholds
+from laya_robustness.gate.thresholds import Gate, Thresholds, ThresholdsError, load_thresholds, measured_on
 
 
 def run_limits(thresholds: str | Path, *, datasets: Iterable[str], conditions: Iterable[str],
@@ -20,19 +20,49 @@ def run_limits(thresholds: str | Path, *, datasets: Iterable[str], conditions: I
                            conditions=tuple(conditions), overlays=[limitations] if limitations else [])
 
 
-def resolve_limitations(text: str, model: str | None, data: str | Path | None,
-                        root: Path | None = None) -> Path | None:
-    """``none``, a file, or ``auto``: the embedded default's overlay when its rows and model are the ones gated
-    (paths relative to ``root``, default the working directory)."""
+def resolve_limitations(text: str, model: str | None, data: str | Path | None, root: Path | None = None,
+                        weights: Mapping[str, str] | None = None) -> tuple[Path | None, str | None]:
+    """The overlay a run applies and what the run says about it: ``none``; a file (applied as the user asked, with a
+    note when its ``[measured_on]`` weights are not the gated model's); or ``auto``: the embedded default's overlay
+    when its rows and model are the ones gated and the model's weights are those it was measured on (a note says
+    why it is not applied when only the weights differ). ``weights``: the gated model's weight hashes (weight
+    file -> sha256), hashed from ``model``'s directory when not given; paths relative to ``root`` (default the
+    working directory). Known limitations belong to weights, never to a path."""
     if text == "none":
-        return None
+        return None, None
     root = Path(root) if root is not None else Path()
     if text != "auto":
-        return Path(text) if Path(text).is_absolute() else root / text
+        path = Path(text) if Path(text).is_absolute() else root / text
+        return path, _other_weights(path, model, weights, applied=True)
     embedded = ((root / EMBEDDED_DATA).resolve(), (root / EMBEDDED_MODEL).resolve())
-    if model and data and (Path(data).resolve(), Path(model).resolve()) == embedded:
-        return root / EMBEDDED_LIMITATIONS
-    return None
+    if not (model and data and (Path(data).resolve(), Path(model).resolve()) == embedded):
+        return None, None
+    path = root / EMBEDDED_LIMITATIONS
+    note = _other_weights(path, model, weights, applied=False)
+    return (None, note) if note else (path, None)
+
+
+def _other_weights(overlay: Path, model: str | None, weights: Mapping[str, str] | None, applied: bool) -> str | None:
+    """What to say when ``overlay`` was measured on other weights than ``model``'s, or None (the same weights, or
+    either unknown: an overlay without ``[measured_on]``, a model whose weights are not on this machine)."""
+    try:
+        measured = measured_on(overlay) if overlay.is_file() else None
+    except ThresholdsError:
+        return None  # the limits' own reading (before any work starts) names the file, line and key
+    if measured is None:
+        return None
+    if weights is None:
+        from laya_robustness.scoring.loading import weight_hashes
+
+        weights = weight_hashes(Path(model)) if model and Path(model).is_dir() else None
+    if not weights or dict(weights) == measured:
+        return None
+    hashes = lambda h: ", ".join(f"{name} {digest[:12]}" for name, digest in sorted(h.items()))  # noqa: E731
+    what = f"the known limitations in {overlay} were measured on other weights ({hashes(measured)}; this model: " \
+           f"{hashes(weights)})"
+    if applied:
+        return f"{what}: applied, as --limitations names the file"
+    return f"{what}: not applied, so each of their checks is judged on its own (--limitations {overlay} applies them)"
 
 
 def regression_limits(gate: Gate, family: str, cell: Mapping[str, Any] | None = None) -> dict[str, float]:

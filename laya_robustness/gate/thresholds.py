@@ -46,8 +46,10 @@ TOP_LEVEL_KEYS = ("version", "gate", "families", "invariance", "known_limitation
 JUDGES = ("interval", "point")
 CORRECTIONS = ("bonferroni", "none")
 GATE_KEYS = ("alpha", "judge", "correction", *REGRESSION_CHECKS)
-#: What an overlay may hold: per-dataset overrides (under families.<f>.datasets) and known limitations.
-OVERLAY_KEYS = ("version", "families", "known_limitations")
+#: What an overlay may hold: per-dataset overrides (under families.<f>.datasets), known limitations, and the
+#: weights they were measured on (``[measured_on] weights_sha256 = {"<weight file>" = "<sha256>"}``).
+OVERLAY_KEYS = ("version", "families", "known_limitations", "measured_on")
+MEASURED_ON = "measured_on"
 DATASETS_KEY = "datasets"
 LIMITATION_FIELDS = ("family", "dataset", "check", "reason")
 #: The largest limits file read (the release thresholds.toml is about 13 KB; the parser reads 256 KiB in half a
@@ -510,10 +512,32 @@ def _applicable(families: Iterable[str] | Mapping[str, Iterable[str]]) -> dict[s
     return {name: CHECKS for name in _names("families", families)}
 
 
+def measured_on(path: str | Path) -> dict[str, str] | None:
+    """The weights an overlay's known limitations were measured on (weight file -> sha256, as a run's meta records
+    them), or None when the overlay does not say; ThresholdsError naming the key when it is malformed."""
+    path = Path(path)
+    table = _read(path).get(MEASURED_ON)
+    if table is None:
+        return None
+    table = _table(path, MEASURED_ON, table)
+    for key in table:
+        if key != "weights_sha256":
+            raise ThresholdsError(path, f"{MEASURED_ON}.{key}", unknown("key", key, ("weights_sha256",)))
+    hashes = _table(path, f"{MEASURED_ON}.weights_sha256", table.get("weights_sha256", {}))
+    for name, digest in hashes.items():
+        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+            raise ThresholdsError(path, f"{MEASURED_ON}.weights_sha256.{name}",
+                                  f"expected a sha256 (64 lowercase hex digits), got {digest!r}")
+    if not hashes:
+        raise ThresholdsError(path, f"{MEASURED_ON}.weights_sha256", "expected at least one weight file's sha256")
+    return dict(hashes)
+
+
 def _overlay(path: Path, known_families: Mapping[str, tuple[str, ...]], known_datasets: frozenset[str],
              overrides: dict, defaults: dict, judges: dict) -> list[tuple[Path, int, Any]]:
     """Merge one overlay's per-dataset overrides into ``overrides``; return its known limitations."""
     data = _read(path)
+    measured_on(path)  # validated here too, so a bad table is the limits' error wherever the overlay is read
     for key in data:
         if key not in OVERLAY_KEYS:
             problem = unknown("top-level key of an overlay", key, OVERLAY_KEYS)

@@ -134,7 +134,8 @@ def render_files(
     results = known = baseline_results = None
     base = load_summary(baseline) if baseline is not None else None
     if thresholds is not None and Path(thresholds).is_file():
-        overlay = resolve_limitations(limitations, model, data)
+        weights = (meta.get("model") or {}).get("weights_sha256") if isinstance(meta.get("model"), Mapping) else None
+        overlay, _ = resolve_limitations(limitations, model, data, weights=weights or None)
         limits = load_limits(summary, thresholds, overlay)
         conditions = (invariance or {}).get("conditions")
         results = evaluate_summary(summary, limits, conditions)

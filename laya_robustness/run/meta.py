@@ -50,6 +50,8 @@ def run_meta(run: GateRun, device: str) -> dict:
         "temperatures": s.temperatures,
         "versions": library_versions(),
     }
+    if s.limitations_note:
+        meta["limitations_note"] = s.limitations_note
     return with_executor(meta, run, device)
 
 

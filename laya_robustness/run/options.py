@@ -338,6 +338,8 @@ class Settings:
     executor: str
     ray_address: str
     ray_actors: int | None  # None: one per GPU of the cluster for a cuda device, else 2
+    # what the run says about its known limitations: measured on other weights (applied as asked, or not applied)
+    limitations_note: str | None = None
 
 
 def checkpoint(text: str, bases: tuple[Path, ...]) -> str:
@@ -402,7 +404,8 @@ def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = Non
         model = checkpoint(model_name, bases)
     data = resolve(values.pop("data"))
     # the weights behind a server are not known: auto applies no overlay to a served model
-    limitations = resolve_limitations(values.pop("limitations"), None if served else model, data, root=root)
+    limitations, limitations_note = resolve_limitations(values.pop("limitations"), None if served else model, data,
+                                                        root=root)
     dual = values.pop("dual_model")
     if dual not in ("auto", "none"):
         dual = checkpoint(dual, bases)
@@ -417,7 +420,7 @@ def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = Non
     baseline = values.pop("baseline")
     values["baseline"] = None if baseline == "none" else resolve(baseline)
     return Settings(
-        model_name=model_name, model=model, data=data, limitations=limitations,
+        model_name=model_name, model=model, data=data, limitations=limitations, limitations_note=limitations_note,
         captions=resolve(values.pop("captions")), dual_model=None if dual == "none" else dual,
         paraphrases=None if paraphrases == "none" else resolve(paraphrases),
         thresholds=resolve(values.pop("thresholds")), report_dir=resolve(values.pop("report_dir")),
