@@ -161,8 +161,10 @@ def _fixture_gguf(args) -> int:
 
     try:
         paths = write_gguf(args.out, source=args.llama_cpp, checkpoint=args.checkpoint)
-    except RuntimeError as exc:  # the converter failed: its output says why
-        print(f"error: {exc}", file=sys.stderr)
+    except FileNotFoundError:  # no converter: main() reports it as bad input
+        raise
+    except (RuntimeError, OSError) as exc:  # the converter failed (its output says why), or out cannot be written
+        print(f"error: {exc} ({args.out} keeps the files it had)", file=sys.stderr)
         return HARNESS_ERROR
     for path in paths:
         print(f"wrote {path} ({path.stat().st_size:,} bytes, sha256 {sha256(path)})")
@@ -197,10 +199,19 @@ def _option_type(parse):
     return convert
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors (an unknown command, a missing or bad argument) exit 4, the gate's usage
+    error, not argparse's 2 (pytest's "interrupted")."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
     from laya_robustness.loaders import settings as load_settings
 
-    p = argparse.ArgumentParser(prog="python -m laya_robustness", description=__doc__)
+    p = Parser(prog="python -m laya_robustness", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("summarize", help="re-make summary.json from a predictions file, no model")
     s.add_argument("predictions", type=Path)

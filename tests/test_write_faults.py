@@ -205,3 +205,25 @@ def test_an_injected_full_disk_ends_with_exit_3_naming_the_files_and_keeps_the_l
     assert f"cannot write the reports: [Errno 28] No space left on device: '{reports}/" in out
     assert _files(reports) == good and _leftovers(reports) == []
     assert json.loads((reports / "summary.json").read_text())["meta"]["complete"] is True
+
+
+def test_fixtures_gguf_on_a_full_disk_exits_3_and_leaves_the_files_there_were(small_fs):
+    """``fixtures gguf`` converts beside the final names and renames: a disk that fills up mid-way leaves the
+    previous model.gguf and mmproj.gguf as they were, and no staging folder."""
+    import sys
+
+    from laya_robustness.fixtures.gguf import FILES, default_source
+
+    if not (default_source() / "convert_hf_to_gguf.py").is_file():
+        pytest.skip(f"llama.cpp's converter is not unpacked at {default_source()}: `bash scripts/build_llama_server.sh`"
+                    " unpacks it")
+    for name in FILES:
+        (small_fs / name).write_bytes(b"the previous " + name.encode())
+    _fill(small_fs, leave=1 << 20)  # the two files need about 2.5 MB
+    done = subprocess.run([sys.executable, "-m", "laya_robustness", "fixtures", "gguf", "--out", str(small_fs)],
+                          cwd=pathlib.Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "llama.cpp's converter failed" in done.stderr and done.stderr.rstrip().endswith("keeps the files it had)")
+    for name in FILES:
+        assert (small_fs / name).read_bytes() == b"the previous " + name.encode()
+    assert not [p.name for p in small_fs.iterdir() if p.name.startswith(".gguf-")]

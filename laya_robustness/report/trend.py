@@ -40,7 +40,8 @@ class Checkpoint:
 def read_checkpoints(folders: Sequence[str | Path]) -> list[Checkpoint]:
     """The checkpoints of ``folders`` in step order: sorted by step when every folder is a ``checkpoint-<step>``
     (so a shell's ``checkpoint-*``, which puts 10 before 9, is fine), else in the order given, numbered from 0. A
-    folder without a summary.json is a FileNotFoundError naming it; two of one step a ValueError."""
+    folder without a summary.json is a FileNotFoundError naming it; a summary.json that is no JSON, or two folders
+    of one step, a ValueError naming them."""
     paths = [Path(f) for f in folders]
     steps = [re.fullmatch(r"checkpoint-(\d+)", p.resolve().name) for p in paths]
     if all(steps):
@@ -56,7 +57,13 @@ def read_checkpoints(folders: Sequence[str | Path]) -> list[Checkpoint]:
                                     "robustness/checkpoint-500)")
         if out and step == out[-1].step:
             raise ValueError(f"{folder} and {out[-1].folder} are both step {step}")
-        out.append(Checkpoint(step, folder, json.loads(path.read_text(encoding="utf-8"))))
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: not a summary.json the gate wrote ({exc}); remove the folder from the list, "
+                             "or make it again from its predictions (python -m laya_robustness summarize "
+                             f"{folder / 'predictions.jsonl.gz'} --out {path})") from None
+        out.append(Checkpoint(step, folder, summary))
     return out
 
 
