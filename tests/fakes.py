@@ -139,7 +139,8 @@ def image_census(model, **kwargs):
 
 class SlowScorer(OracleScorer):
     """A device-bound model in miniature: every row costs ``LAYA_SLOW_PER_ROW`` seconds (a fixed sleep); where
-    ``LAYA_PID_DIR`` is set, the process that loads it leaves an empty file named by its pid there; where
+    ``LAYA_PID_DIR`` is set, the process that loads it leaves an empty file named by its pid there (and then takes
+    ``LAYA_LOAD_S`` seconds to load, where that is set); where
     ``LAYA_COUNT_FILE`` is set, each call appends its number of rows to it; where ``LAYA_CALLS_FILE`` is set,
     each call appends ``pid start end cells`` to it (wall-clock seconds; the ``family/dataset`` of its rows, by
     commas); where ``LAYA_CRASH_FAMILY`` is set, a call with a row of that family raises."""
@@ -151,6 +152,10 @@ class SlowScorer(OracleScorer):
         self.per_row = float(os.environ.get("LAYA_SLOW_PER_ROW", "0"))
         if os.environ.get("LAYA_PID_DIR"):
             open(os.path.join(os.environ["LAYA_PID_DIR"], str(os.getpid())), "w").close()
+        if os.environ.get("LAYA_LOAD_S"):  # a model that takes a while to load (killed meanwhile by a test)
+            import time
+
+            time.sleep(float(os.environ["LAYA_LOAD_S"]))
 
     def score_batch(self, rows):
         import os

@@ -392,6 +392,26 @@ def test_an_actor_killed_mid_run_loses_no_record_and_duplicates_none(project, lo
     assert "test_baseline.py" in out and " failed" not in out  # the --baseline comparison works unchanged
 
 
+def test_an_actor_killed_while_it_loads_is_replaced_and_the_run_gives_the_local_records(project, local, ray_head,
+                                                                                        tmp_path):
+    """An actor lost while it loads the scorer (before any row) is replaced as one lost while scoring is: the run
+    ends as the local run does (it used to end with exit 3)."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    process = start_gate(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "killed-loading",
+                         "--executor", "ray", "--ray-address", ray_head, "--baseline",
+                         str(local / "predictions.jsonl.gz"),
+                         job=job_env(LAYA_PID_DIR=str(pids), LAYA_LOAD_S="3"))
+    _wait_for(lambda: len(list(pids.iterdir())) >= 1, process)
+    os.kill(int(min(p.name for p in pids.iterdir())), signal.SIGKILL)  # while it sleeps in its load
+    out, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, out
+    assert (project / "killed-loading" / "predictions.jsonl.gz").read_bytes() == \
+        (local / "predictions.jsonl.gz").read_bytes()
+    meta = json.loads((project / "killed-loading" / "summary.json").read_text())["meta"]
+    assert meta["executor"]["replaced_actors"] == 1 and meta["complete"] is True
+
+
 def test_a_killed_controller_resumes_with_resume(project, local, ray_head, tmp_path):
     journal, counts = tmp_path / "journal", tmp_path / "rows.count"
     args = (*FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "resumed", "--journal", str(journal), "--executor",

@@ -15,8 +15,8 @@ rows whose image it built or was the first to score (their home), then one no ac
 later families (its rephrasings, its languages) meet the features that actor's encode-once cache already holds.
 What is another actor's (a chunk at home there, a group of a chunk it claimed) a free actor takes only when no
 actor has a shard of its own to take, rather than idle. A shard whose actor dies (its process killed, its node lost) is
-sent again to another actor and the dead one is replaced; records are taken only from shards that completed, so
-none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an exception raised by the
+sent again to another actor and the dead one is replaced (as is one that dies while it loads); records are taken only
+from shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an exception raised by the
 scorer (it would raise anywhere), stops the call.
 """
 
@@ -178,12 +178,23 @@ class RayActorPool:
         return ray.get(ref)
 
     def _wait_ready(self, slot: Slot) -> None:
-        try:
-            slot.where = self.get(slot.ready)
-        except ClusterLost:
-            raise
-        except Exception as exc:  # a scorer failed to load on the actor (or the actor could not start)
-            raise HarnessError(f"{self.label}: a Ray actor could not load the scorer: {_load_error(exc)}") from None
+        """Wait until the slot's actor has loaded its scorers; an actor lost while it loads (its process killed, its
+        node gone) is replaced as one lost while scoring is, ``MAX_ATTEMPTS`` actors in turn at most."""
+        from ray.exceptions import RayActorError
+
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                slot.where = self.get(slot.ready)
+                break
+            except ClusterLost:
+                raise
+            except RayActorError as exc:
+                if attempt == MAX_ATTEMPTS:
+                    raise HarnessError(f"{self.label}: {MAX_ATTEMPTS} Ray actors in turn were lost while they loaded "
+                                       f"the scorer; the last: {_load_error(exc)}") from None
+                self._replace(slot)
+            except Exception as exc:  # the scorer raised while it loaded on the actor
+                raise HarnessError(f"{self.label}: a Ray actor could not load the scorer: {_load_error(exc)}") from None
         slot.ready = None
         self._check_same_models()
 
