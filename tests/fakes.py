@@ -137,13 +137,22 @@ def image_census(model, **kwargs):
     return ImageCensusScorer(model)
 
 
+class Unpicklable(IndexError):
+    """An exception that cannot be unpickled: its ``__init__`` takes two arguments and its ``args`` hold one (Ray
+    cannot send it back from an actor whole)."""
+
+    def __init__(self, what, where):
+        super().__init__(f"{what} {where}")
+
+
 class SlowScorer(OracleScorer):
     """A device-bound model in miniature: every row costs ``LAYA_SLOW_PER_ROW`` seconds (a fixed sleep); where
     ``LAYA_PID_DIR`` is set, the process that loads it leaves an empty file named by its pid there (and then takes
     ``LAYA_LOAD_S`` seconds to load, where that is set); where
     ``LAYA_COUNT_FILE`` is set, each call appends its number of rows to it; where ``LAYA_CALLS_FILE`` is set,
     each call appends ``pid start end cells`` to it (wall-clock seconds; the ``family/dataset`` of its rows, by
-    commas); where ``LAYA_CRASH_FAMILY`` is set, a call with a row of that family raises."""
+    commas); where ``LAYA_CRASH_FAMILY`` is set, a call with a row of that family raises (an ``Unpicklable`` where
+    ``LAYA_CRASH_UNPICKLABLE`` is set too)."""
 
     def __init__(self, model, **kwargs):
         import os
@@ -163,6 +172,8 @@ class SlowScorer(OracleScorer):
 
         start = time.time()
         if any(r.family == os.environ.get("LAYA_CRASH_FAMILY") for r in rows):
+            if os.environ.get("LAYA_CRASH_UNPICKLABLE"):
+                raise Unpicklable("tuple index out of range", f"(a {rows[0].family} row)")
             raise IndexError(f"tuple index out of range (a {rows[0].family} row)")
         time.sleep(self.per_row * len(rows))
         if os.environ.get("LAYA_CALLS_FILE"):

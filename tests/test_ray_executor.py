@@ -264,19 +264,24 @@ def test_only_the_cells_of_the_selected_tests_are_scored(project, local, ray_hea
     assert _records(project / "narrowed" / "predictions.jsonl.gz") == asked
 
 
-def test_a_cell_whose_scorer_raises_fails_its_own_tests_and_the_stream_goes_on(project, local, ray_head):
+@pytest.mark.parametrize("raised", ["IndexError", "Unpicklable"])
+def test_a_cell_whose_scorer_raises_fails_its_own_tests_and_the_stream_goes_on(project, local, ray_head, raised):
     """option_order's rows crash the scorer while the orig cells are waited for: the orig tests pass with the
-    local run's records, each option_order test fails as a harness error naming its own cell, and the run ends 3."""
-    status, out = gate_run(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", "one-cell-broken",
-                           "--executor", "ray", "--ray-address", ray_head, job=job_env(LAYA_CRASH_FAMILY="option_order"))
+    local run's records, each option_order test fails as a harness error naming its own cell and the scorer's own
+    exception (also one Ray cannot send back whole: it read 'UnserializableException: Failed to deserialize'),
+    and the run ends 3."""
+    crash = {"LAYA_CRASH_FAMILY": "option_order", **({"LAYA_CRASH_UNPICKLABLE": "1"} if raised != "IndexError" else {})}
+    status, out = gate_run(project, *FAKE_RUN, "--scorer", "fakes:slow", "--report-dir", f"one-cell-broken-{raised}",
+                           "--executor", "ray", "--ray-address", ray_head, job=job_env(**crash))
     assert status == 3, out
     assert "2 failed, 2 passed" in out and "FAILED robustness_tests/test_families.py::test_orig" not in out, out
+    assert "UnserializableException" not in out
     for dataset in ("colour_choice", "exists_yesno"):
         assert f"FAILED robustness_tests/test_families.py::test_option_order[{dataset}-cpu]" in out
-        assert re.search(rf"HARNESS ERROR .*scoring option_order/{dataset} on cpu .*IndexError: tuple index out of "
+        assert re.search(rf"HARNESS ERROR .*scoring option_order/{dataset} on cpu .*{raised}: tuple index out of "
                          rf"range \(a option_order row\)", out), out
     orig = [r for r in _records(local / "predictions.jsonl.gz") if r["family"] == "orig"]
-    assert _records(project / "one-cell-broken" / "predictions.jsonl.gz") == orig
+    assert _records(project / f"one-cell-broken-{raised}" / "predictions.jsonl.gz") == orig
 
 
 def _gate_with_one_row_marked(folder: Path, key: str, value) -> tuple[Path, list[dict]]:

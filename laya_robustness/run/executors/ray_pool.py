@@ -22,6 +22,7 @@ scorer (it would raise anywhere), stops the call.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import islice
@@ -122,9 +123,39 @@ def placement_stores(n_actors: int) -> tuple[ByteLRU, ByteLRU]:
 
 
 def _cause(exc: Exception) -> BaseException:
-    """The exception a remote call raised, as it was raised (Ray wraps it in a RayTaskError)."""
+    """The exception a remote call raised, as it was raised (Ray wraps it in a RayTaskError); one that could not be
+    sent back whole (Ray's ``UnserializableException``) as ``unsent``'s stand-in of its type and message."""
+    from ray.exceptions import UnserializableException
+
+    if isinstance(exc, UnserializableException):
+        return unsent(str(getattr(exc, "_original_stack_trace", "") or exc))
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
+
+
+#: The last line of a formatted traceback: ``module.Type: message`` (or the type alone).
+_RAISED = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?:: (?P<message>.*))?$")
+
+
+def unsent(stack_trace: str) -> Exception:
+    """A stand-in for an exception an actor raised that Ray could not unpickle here: an exception of its type's name
+    whose message is its own, from the last line of its formatted traceback (the harness error then reads
+    ``ValueError: ...``, not ``UnserializableException: Failed to deserialize ...``).
+
+    >>> error = unsent("Traceback (most recent call last):\\n  File ...\\nfakes.Unpicklable: no grey for 'none'\\n")
+    >>> type(error).__name__, str(error)
+    ('Unpicklable', "no grey for 'none' (raised on a Ray actor; its exception could not be sent back whole)")
+    """
+    for line in reversed(stack_trace.strip().splitlines()):
+        raised = _RAISED.match(line.strip())
+        if raised:
+            name = raised["name"].rsplit(".", 1)[-1]
+            message = raised["message"] or ""
+            break
+    else:
+        name, message = "RemoteError", stack_trace.strip()[-500:]
+    stand_in = type(name, (RuntimeError,), {"__module__": __name__})
+    return stand_in(f"{message} (raised on a Ray actor; its exception could not be sent back whole)".lstrip())
 
 
 class RayActorPool:
