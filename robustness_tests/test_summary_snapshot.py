@@ -30,7 +30,7 @@ def test_summary_snapshot(robustness, device, snapshot_json, request):
         pytest.skip(f"no snapshot yet for this configuration ({name}): nothing to compare with. Record one "
                     f"with `pytest robustness_tests --snapshot-update` (same options) and review it in the PR")
     if hasattr(request.config, "workerinput"):  # an xdist worker holds only its own share of the records
-        robustness.defer_snapshot(device, name, stored)
+        robustness.defer_snapshot(device, name, stored, request.node.nodeid)
         pytest.skip(COMPARED_ON_CONTROLLER)
     view = snapshot_view(robustness, device)
     changes = []

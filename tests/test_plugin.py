@@ -456,7 +456,7 @@ def test_xdist_scores_every_row_once(gate, monkeypatch):
 
 def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):
     """A worker has only its share of the records: the snapshot is compared once on the controller, over the
-    merged records; a difference is printed as a diff and fails the run."""
+    merged records; a difference is printed as a diff, fails the run and counts as the snapshot test's failure."""
     base = ("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml")
     recorded = gate.runpytest_subprocess(*base, "-k", "snapshot and not gpu", "--snapshot-update")
     assert recorded.ret == 0, recorded.stdout.str()
@@ -473,6 +473,11 @@ def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):
     assert changed.ret == pytest.ExitCode.TESTS_FAILED, changed.stdout.str()
     changed.stdout.fnmatch_lines(["*summary snapshot (cpu) DIFFERS from*", f'-*"acc": {round(acc + 0.125, 4)},',
                                   f'+*"acc": {acc},'])
+    # the worker skipped its snapshot test to have it compared here: it is counted as the failure it is
+    assert changed.parseoutcomes()["failed"] == 1 and same.parseoutcomes()["skipped"] == \
+        changed.parseoutcomes()["skipped"] + 1, changed.stdout.lines[-1]
+    changed.stdout.fnmatch_lines(["*= FAILURES =*", "*robustness_tests/test_summary_snapshot.py::test_summary_snapshot"
+                                  "[[]cpu[]]*", "summary snapshot (cpu) differs from *: see the terminal summary"])
 
 
 def test_each_scoring_configuration_keeps_its_own_snapshot(gate):

@@ -305,8 +305,23 @@ def _compare_deferred_snapshots(session: pytest.Session, state: RobustnessSessio
         state.run.harness_errors.append(f"comparing the summary snapshot on the controller: {type(exc).__name__}: "
                                         f"{exc}")
         return
+    for outcome in state.snapshot_outcomes:
+        if not outcome.matches and outcome.nodeid:
+            _counted_as_failed(session.config, outcome.nodeid, f"summary snapshot ({outcome.device}) differs from "
+                                                               f"{outcome.name}: see the terminal summary")
     if any(not o.matches for o in state.snapshot_outcomes) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _counted_as_failed(config: pytest.Config, nodeid: str, why: str) -> None:
+    """The worker's snapshot test, skipped there to be compared here, counted as the failure it is (in the
+    terminal's counts and its short summary), not as a skip."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    reporter.stats["skipped"] = [r for r in reporter.stats.get("skipped", []) if getattr(r, "nodeid", None) != nodeid]
+    failed = pytest.TestReport(nodeid, (nodeid.split("::", 1)[0], None, nodeid), {}, "failed", why, "call")
+    reporter.stats.setdefault("failed", []).append(failed)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

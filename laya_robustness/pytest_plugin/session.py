@@ -111,9 +111,10 @@ class RobustnessSession:
         else:  # passed, failed, xfailed or xpassed in its call; an error in its setup judged nothing
             self.tally.asked_for(judged=report.when == "call")
 
-    def defer_snapshot(self, device: str, name: str, path) -> None:
-        """A worker's summary snapshot, to be compared on the controller once every worker's records are in."""
-        self.deferred_snapshots.append({"device": device, "name": name, "path": str(path)})
+    def defer_snapshot(self, device: str, name: str, path, nodeid: str | None = None) -> None:
+        """A worker's summary snapshot (of the test ``nodeid``), to be compared on the controller once every
+        worker's records are in."""
+        self.deferred_snapshots.append({"device": device, "name": name, "path": str(path), "nodeid": nodeid})
 
     # -- collection ---------------------------------------------------------------------------------
 

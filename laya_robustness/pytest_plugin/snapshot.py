@@ -52,6 +52,7 @@ class SnapshotOutcome:
     diff: str = ""
     changes: tuple[str, ...] = ()  # what moved (``snapshot_changes``)
     where: str = "compared on the controller"
+    nodeid: str | None = None  # the worker's snapshot test, when compared on the controller
 
 
 def device_kind(device: str) -> str:
@@ -172,5 +173,6 @@ def compare_deferred(session) -> list[SnapshotOutcome]:
         diff = "" if actual == stored else "".join(list(difflib.unified_diff(
             stored.splitlines(keepends=True), actual.splitlines(keepends=True), "snapshot", "this run", n=1))[:DIFF_LINES])
         changes = () if actual == stored else tuple(snapshot_changes(json.loads(stored), json.loads(actual)))
-        out.append(SnapshotOutcome(item["device"], item["name"], actual == stored, diff, changes))
+        out.append(SnapshotOutcome(item["device"], item["name"], actual == stored, diff, changes,
+                                   nodeid=item.get("nodeid")))
     return out
