@@ -13,6 +13,7 @@ import laya_robustness
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.judged import NO_CUDA, JudgedTally
 from laya_robustness.run.lock import RunIdentity, claim, release
+from laya_robustness.run.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "laya_fixtures" / "tiny-clip"
@@ -124,3 +125,39 @@ def test_trend_names_a_summary_that_is_no_json(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 4
     assert done.stderr.startswith(f"error: {folder / 'summary.json'}: not a summary.json the gate wrote")
+
+
+BAD = "not-a-value%%"
+
+
+def _rejects(opt) -> bool:
+    try:
+        opt.parse(BAD)
+    except Exception:  # noqa: BLE001  (the option's own parser says no)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("opt", [o for o in OPTIONS if not o.switch], ids=lambda o: o.flag)
+def test_run_gate_validates_each_option_as_pytest_does(opt, monkeypatch):
+    """Option by option, a value its parser refuses is a UsageError naming the argument for ``run_gate`` and a
+    usage error (exit 4) naming the option for ``pytest robustness_tests``, with the same problem; a value it
+    takes is refused by neither before any work."""
+    from laya_robustness.run.options import parse_settings
+
+    if not _rejects(opt):
+        pytest.skip(f"{opt.flag} takes any text ({BAD!r} is a name, a path or a URL to it): checked where it is read")
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(UsageError) as api:
+        laya_robustness.run_gate(**{opt.field: BAD})
+    first = str(api.value).splitlines()[0]
+    assert first.startswith(f"{opt.field}: "), first
+    with pytest.raises(UsageError) as parsed:
+        parse_settings({opt.flag: BAD}, root=ROOT)
+    assert first == str(parsed.value.for_arguments()).splitlines()[0]
+    done = subprocess.run([sys.executable, "-m", "pytest", "robustness_tests", "--collect-only", "-q", "-p",
+                           "no:randomly", "-p", "no:cacheprovider", opt.flag, BAD], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    problem = first.split(": ", 1)[1]
+    assert f"{opt.flag}: " in done.stderr and problem.split(" ")[0] in done.stderr, done.stderr[-2000:]
