@@ -225,8 +225,18 @@ def _journaled(journal: Path) -> bool:
 
 
 def check_processor(model, processor) -> None:
-    """``UsageError`` naming ``processor`` when it does not belong to the model in memory (``scoring.in_memory``)."""
-    why = processor_mismatch(unwrapped(model), processor)
+    """``UsageError`` naming ``model`` when it is no transformers model, or ``processor`` when it does not belong to
+    the model in memory (``scoring.in_memory``)."""
+    base = unwrapped(model)
+    if getattr(base, "config", None) is None or not callable(getattr(base, "parameters", None)):
+        raise UsageError(f"model: {type(model).__name__} is neither a transformers model (with its config and "
+                         "parameters), a hub id nor a directory", hint="pass model=AutoModelForImageTextToText."
+                         "from_pretrained(...), or its hub id or directory").for_arguments()
+    if getattr(processor, "tokenizer", None) is None and getattr(processor, "image_processor", None) is None:
+        raise UsageError(f"processor: {type(processor).__name__} is no processor (it has neither a tokenizer nor "
+                         "an image processor)", hint="pass processor=AutoProcessor.from_pretrained(<the model's "
+                         "checkpoint>)").for_arguments()
+    why = processor_mismatch(base, processor)
     if why:
         hint = "pass the processor saved with the model: processor=AutoProcessor.from_pretrained(<its checkpoint>)"
         raise UsageError(f"processor: {why}", hint=hint).for_arguments()

@@ -70,6 +70,15 @@ def test_another_models_processor_is_refused_before_anything_is_scored(tmp_path)
     assert not (tmp_path / "r").exists()
 
 
+def test_what_is_no_model_or_no_processor_is_a_usage_error_naming_it():
+    with pytest.raises(UsageError, match=r"^model: object is neither a transformers model"):
+        laya_robustness.run_gate(object(), processor=object())  # it used to raise AttributeError
+    from transformers import AutoModelForImageTextToText
+
+    with pytest.raises(UsageError, match=r"^processor: dict is no processor"):
+        laya_robustness.run_gate(AutoModelForImageTextToText.from_pretrained(EMBEDDED), processor={})
+
+
 def test_a_ray_option_without_the_ray_executor_is_refused_as_pytest_refuses_it():
     with pytest.raises(UsageError, match=r"^ray_address: only executor ray uses it \(the executor is local\)"):
         laya_robustness.run_gate(ray_address="127.0.0.1:6379")

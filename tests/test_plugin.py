@@ -473,6 +473,10 @@ def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):
     assert changed.ret == pytest.ExitCode.TESTS_FAILED, changed.stdout.str()
     changed.stdout.fnmatch_lines(["*summary snapshot (cpu) DIFFERS from*", f'-*"acc": {round(acc + 0.125, 4)},',
                                   f'+*"acc": {acc},'])
+    # the command to accept it is the run's own (its options name the snapshot), without xdist
+    changed.stdout.fnmatch_lines(["review the change; accept it with `pytest *robustness_tests --import-mode=importlib "
+                                  "--thresholds limits.toml -k 'not (benchmark or invariance or gpu)' -rs "
+                                  "--snapshot-update`"])
     # the worker skipped its snapshot test to have it compared here: it is counted as the failure it is
     assert changed.parseoutcomes()["failed"] == 1 and same.parseoutcomes()["skipped"] == \
         changed.parseoutcomes()["skipped"] + 1, changed.stdout.lines[-1]
