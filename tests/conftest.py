@@ -41,6 +41,18 @@ assert hasattr(_pytest.pytester, "SysModulesSnapshot"), "pytester no longer snap
 _pytest.pytester.SysModulesSnapshot = _KeepLibraries
 
 
+def tensors_digest(checkpoint: Path) -> str:
+    """A checkpoint's weights digest recomputed here, apart from the package (numpy, not torch): sha256 of the
+    sorted distinct ``<dtype> <shape> <sha256 of the bytes>`` lines of every tensor of its safetensors files."""
+    import hashlib
+
+    from safetensors.numpy import load_file
+
+    lines = {f"{array.dtype} {tuple(array.shape)} {hashlib.sha256(array.tobytes()).hexdigest()}"
+             for path in sorted(Path(checkpoint).glob("*.safetensors")) for array in load_file(path).values()}
+    return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()
+
+
 @pytest.fixture(scope="session")
 def fixture_rows():
     from laya_robustness.loaders import load_rows

@@ -11,7 +11,7 @@ from laya_robustness.loaders.captions import caption_row
 from laya_robustness.scoring.dual import DualEncoderScorer, dual_encoder_kind
 from laya_robustness.scoring.hf import ModelLoadError
 
-from conftest import EMBEDDED_MODEL, ROOT
+from conftest import EMBEDDED_MODEL, ROOT, tensors_digest
 
 EMBEDDED_CLIP = ROOT / "laya_fixtures" / "tiny-clip"
 TEXT_LENGTH = 16
@@ -92,7 +92,8 @@ def test_from_pretrained_loads_the_right_model_and_identity(scorer, checkpoints)
     assert type(scorer.image_processor).__name__.endswith("ImageProcessorPil")
     identity = scorer.identity
     assert identity["kind"] == kind and identity["model"] == str(checkpoints[kind])
-    assert list(identity["weights_sha256"]) == ["model.safetensors"] and identity["text_length"] == TEXT_LENGTH
+    assert identity["weights_sha256"] == {"tensors": tensors_digest(checkpoints[kind])}
+    assert identity["text_length"] == TEXT_LENGTH
     assert "cosine" in identity["similarity"] and identity["logit_scale"] > 0
     assert (identity["logit_bias"] is None) == (kind == "clip")
     assert identity["logit_bias"] in (None, -2.5)

@@ -21,6 +21,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from conftest import tensors_digest  # noqa: E402
 from fakes import slow_scoring  # noqa: E402
 from test_plugin import PASSING_LIMITS, install_plugin_package, make_gate  # noqa: E402  (the gate project of the plugin tests)
 
@@ -455,8 +456,7 @@ def test_a_relative_model_is_the_one_the_front_end_finds_not_one_in_the_heads_fo
     env = {**os.environ, "PYTHONPATH": str(TESTS), JOB_CONFIG: job_env()}
     done = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode in (0, 1), done.stdout + done.stderr
-    embedded = hashlib.sha256((here / "mymodel" / "model.safetensors").read_bytes()).hexdigest()
-    assert _weights(tmp_path / "report") == {"model.safetensors": embedded}
+    assert _weights(tmp_path / "report") == {"tensors": tensors_digest(here / "mymodel")}
 
 
 def _hub_cache(folder: Path, repo: str, checkpoint: Path) -> Path:
@@ -483,10 +483,9 @@ def test_actors_that_load_other_weights_than_the_front_end_found_stop_the_run_na
     done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert done.returncode == 3, out
-    short = {p.name: hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest()[:12]
-             for p in (ROOT / "laya_fixtures" / "tiny-smolvlm", OTHER_MODEL)}
-    assert re.search(rf"the actor on node [\d.]+ loaded rows model '{repo}' with weights model.safetensors "
-                     rf"{short[OTHER_MODEL.name]}, but the model this run resolved has weights model.safetensors "
+    short = {p.name: tensors_digest(p)[:12] for p in (ROOT / "laya_fixtures" / "tiny-smolvlm", OTHER_MODEL)}
+    assert re.search(rf"the actor on node [\d.]+ loaded rows model '{repo}' with weights tensors "
+                     rf"{short[OTHER_MODEL.name]}, but the model this run resolved has weights tensors "
                      rf"{short['tiny-smolvlm']}", out), out
     assert "1 failed" in out  # the run stopped at its first test: nothing can be scored on those weights
     assert not (project / "other-weights" / "predictions.jsonl.gz").exists()

@@ -8,6 +8,8 @@ import pytest
 from laya_robustness.families import build_variants
 from laya_robustness.scoring.prompt import user_text
 
+from conftest import EMBEDDED_MODEL, tensors_digest
+
 PATH_TOLERANCE = 1e-4
 
 
@@ -16,8 +18,7 @@ def test_embedded_checkpoint_loads_through_from_pretrained(embedded_scorer):
 
     assert isinstance(embedded_scorer.model, Idefics3ForConditionalGeneration)
     assert isinstance(embedded_scorer.processor, Idefics3Processor)
-    hashes = embedded_scorer.identity["weights_sha256"]
-    assert list(hashes) == ["model.safetensors"] and len(hashes["model.safetensors"]) == 64
+    assert embedded_scorer.identity["weights_sha256"] == {"tensors": tensors_digest(EMBEDDED_MODEL)}
 
 
 def test_batch_and_predict_paths_agree_on_every_fixture_row(embedded_scorer, fixture_rows):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURE_ROWS
+from conftest import FIXTURE_ROWS, tensors_digest
 from laya_robustness.__main__ import main
 from laya_robustness.analysis.variants.checks import check_rephrasing, check_translation
 from laya_robustness.analysis.variants.command import question_rows, run_variants
@@ -244,9 +244,9 @@ def test_a_tiny_random_model_runs_end_to_end_and_its_noise_is_rejected_and_count
     assert stats["n_rejected"] >= 0.9 * prompts  # noise: next to nothing survives
     rejects = [json.loads(line) for line in (tmp_path / "a" / "v.rejects.jsonl").read_text().splitlines()]
     assert sum(len(line["rejects"]) for line in rejects) == stats["n_rejected"] == sum(stats["rejected"].values())
-    weights = hashlib.sha256((tiny_lm / "model.safetensors").read_bytes()).hexdigest()
     generator = stats["provenance"]["generator"]
-    assert generator["weights_sha256"] == hashlib.sha256(f"model.safetensors:{weights}\n".encode()).hexdigest()
+    weights = tensors_digest(tiny_lm)
+    assert generator["weights_sha256"] == hashlib.sha256(f"tensors:{weights}\n".encode()).hexdigest()
     assert generator["model"] == str(tiny_lm) and stats["provenance"]["prompt_sha256"] == prompt_sha256(task)
     # the same command again, elsewhere: the same bytes
     assert main([*argv, "--out", str(tmp_path / "b" / "v.jsonl")]) == 0

@@ -39,7 +39,7 @@ def test_other_weights_at_the_embedded_path_are_judged_without_its_waivers_and_t
     settings = parse_settings({}, root=replaced)
     assert settings.limitations is None
     assert settings.limitations_note.startswith(f"the known limitations in {replaced / 'laya_fixtures' / 'limitations.toml'} ")
-    assert "measured on other weights (model.safetensors 126f6bd57d3b; this model: model.safetensors 89303a7364d6)" \
+    assert "measured on other weights (tensors 0eaaf349490c; this model: tensors 443b9f141a08)" \
         in settings.limitations_note and settings.limitations_note.endswith("applies them)")
     named = parse_settings({"--limitations": "laya_fixtures/limitations.toml"}, root=replaced)
     assert named.limitations == replaced / "laya_fixtures" / "limitations.toml"

@@ -25,8 +25,8 @@ def resolve_limitations(text: str, model: str | None, data: str | Path | None, r
     """The overlay a run applies and what the run says about it: ``none``; a file (applied as the user asked, with a
     note when its ``[measured_on]`` weights are not the gated model's); or ``auto``: the embedded default's overlay
     when its rows and model are the ones gated and the model's weights are those it was measured on (a note says
-    why it is not applied when only the weights differ). ``weights``: the gated model's weight hashes (weight
-    file -> sha256), hashed from ``model``'s directory when not given; paths relative to ``root`` (default the
+    why it is not applied when only the weights differ). ``weights``: the gated model's ``weights_sha256``, hashed
+    from ``model``'s directory when not given; paths relative to ``root`` (default the
     working directory). Known limitations belong to weights, never to a path."""
     if text == "none":
         return None, None

@@ -47,7 +47,8 @@ JUDGES = ("interval", "point")
 CORRECTIONS = ("bonferroni", "none")
 GATE_KEYS = ("alpha", "judge", "correction", *REGRESSION_CHECKS)
 #: What an overlay may hold: per-dataset overrides (under families.<f>.datasets), known limitations, and the
-#: weights they were measured on (``[measured_on] weights_sha256 = {"<weight file>" = "<sha256>"}``).
+#: weights they were measured on (``[measured_on] weights_sha256 = {tensors = "<sha256>"}``, as a run's meta records
+#: them).
 OVERLAY_KEYS = ("version", "families", "known_limitations", "measured_on")
 MEASURED_ON = "measured_on"
 DATASETS_KEY = "datasets"
@@ -513,8 +514,9 @@ def _applicable(families: Iterable[str] | Mapping[str, Iterable[str]]) -> dict[s
 
 
 def measured_on(path: str | Path) -> dict[str, str] | None:
-    """The weights an overlay's known limitations were measured on (weight file -> sha256, as a run's meta records
-    them), or None when the overlay does not say; ThresholdsError naming the key when it is malformed."""
+    """The weights an overlay's known limitations were measured on (``weights_sha256`` as a run's meta records them:
+    ``{"tensors": <sha256>}``), or None when the overlay does not say; ThresholdsError naming the key when it is
+    malformed."""
     path = Path(path)
     table = _read(path).get(MEASURED_ON)
     if table is None:
@@ -529,7 +531,7 @@ def measured_on(path: str | Path) -> dict[str, str] | None:
             raise ThresholdsError(path, f"{MEASURED_ON}.weights_sha256.{name}",
                                   f"expected a sha256 (64 lowercase hex digits), got {digest!r}")
     if not hashes:
-        raise ThresholdsError(path, f"{MEASURED_ON}.weights_sha256", "expected at least one weight file's sha256")
+        raise ThresholdsError(path, f"{MEASURED_ON}.weights_sha256", "expected the weights' sha256 (tensors = \"<sha256>\", as summary.json's meta.model.weights_sha256)")
     return dict(hashes)
 
 

@@ -36,7 +36,7 @@ def is_dual_encoder(name_or_path: str) -> bool:
 
 
 def expected_weights(model: str | None, scorer: str) -> dict[str, str] | None:
-    """The sha256 of each weight file of ``model`` as this machine finds it (``weights_sha256`` of the identity
+    """The digest of ``model``'s weights as this machine finds them (``weights_sha256`` of the identity
     a scorer loading it reports), or None where this machine cannot tell: a served model or a plug-in
     (``scorer`` other than hf), or a hub id missing from the local cache. A Ray run checks its actors' weights
     against these before any row is scored."""

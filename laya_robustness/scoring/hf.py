@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -77,6 +76,7 @@ from laya_robustness.scoring.loading import (
     load_model,
     load_processor,
     resolve_checkpoint,
+    model_weight_hashes,
     supported_adapter,
     weight_hashes,
 )
@@ -185,16 +185,16 @@ class HFVLMScorer:
         """A loaded image-text-to-text model and its processor, scored as they stand: no copy of the weights and no
         ``.to()`` (``device`` may only name the model's own device), eval mode and ``no_grad`` only while scoring
         (the mode each module had is put back after every call). The identity is ``from_pretrained``'s for the
-        directory ``model.save_pretrained`` writes: its weight files' hashes, and the config's ``_name_or_path``
-        (``in-memory`` when empty) as the model's name."""
+        directory ``model.save_pretrained`` would write, taken from the tensors in place (``model_weight_hashes``:
+        nothing is written), and the config's ``_name_or_path`` (``in-memory`` when empty) as the model's name."""
         model = unwrapped(model)  # a peft model's base with its adapters in place; a DDP / compiled model's module
         if processor is None:
             raise TypeError("from_model needs processor: the model's processor (e.g. AutoProcessor.from_pretrained "
                             "of its checkpoint)")
-        supported_adapter(model.config)  # UnsupportedArchitecture before the weights are saved
+        supported_adapter(model.config)  # UnsupportedArchitecture before the weights are hashed
         own = _own_device(model, device)
         identity = {"model": getattr(model.config, "_name_or_path", "") or IN_MEMORY,
-                    "weights_sha256": saved_weight_hashes(model),
+                    "weights_sha256": model_weight_hashes(model),
                     "attn_implementation": getattr(model.config, "_attn_implementation", None)}
         return cls(model, processor, device=own, precision=precision, batch_size=batch_size, identity=identity,
                    feature_cache_bytes=feature_cache_bytes, pixel_cache_bytes=pixel_cache_bytes,
@@ -301,14 +301,6 @@ class HFVLMScorer:
         stop = {self.tokenizer.convert_tokens_to_ids(self.eos_token), self.tokenizer.eos_token_id}
         with self._scoring():
             return self._paths.generate(rows, stop, max_new_tokens)
-
-
-def saved_weight_hashes(model) -> dict[str, str]:
-    """``weight_hashes`` of the checkpoint ``model.save_pretrained`` writes (into a temporary directory, removed
-    after): the hashes ``from_pretrained`` records for the model's saved directory."""
-    with tempfile.TemporaryDirectory(prefix="laya-weights-") as directory:
-        model.save_pretrained(directory)
-        return weight_hashes(Path(directory))
 
 
 def _own_device(model, device: str | None) -> str:

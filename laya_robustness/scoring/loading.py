@@ -38,13 +38,57 @@ def is_weight_file(name: str) -> bool:
     return path.suffix == ".safetensors" or (path.suffix in WEIGHT_SUFFIXES and name.startswith(PICKLED_WEIGHTS_PREFIX))
 
 
+#: The key of a model's weights in an identity's ``weights_sha256``: one digest over its tensors.
+TENSORS = "tensors"
+
+
+def tensor_line(tensor) -> str:
+    """One tensor as the weights' digest counts it: ``<dtype> <shape> <sha256 of its bytes>`` (the bytes read in
+    place, one tensor at a time; a tensor on a device is copied to the CPU alone)."""
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()
+    return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)} {hashlib.sha256(raw).hexdigest()}"
+
+
+def tensor_digest(tensors) -> str:
+    """sha256 of the sorted distinct ``tensor_line`` of ``tensors``: what a checkpoint's files and the same weights
+    in memory share whatever they are named, however they are sharded, and whether tied tensors are stored once
+    (a saved checkpoint) or twice (a model's state dict)."""
+    return hashlib.sha256("\n".join(sorted({tensor_line(t) for t in tensors})).encode()).hexdigest()
+
+
+def _checkpoint_tensors(files):
+    """Every tensor of a checkpoint's weight files, one at a time: safetensors read tensor by tensor, pickled
+    weights only through ``weights_only`` loading."""
+    import torch
+    from safetensors import safe_open
+
+    for path in files:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as fh:
+                for key in fh.keys():
+                    yield fh.get_tensor(key)
+        else:
+            yield from torch.load(path, map_location="cpu", weights_only=True, mmap=True).values()
+
+
 def weight_hashes(directory: Path) -> dict[str, str]:
-    """sha256 of every weight file in a checkpoint directory, by file name."""
-    out = {}
-    for path in sorted(directory.iterdir()):
-        if is_weight_file(path.name):
-            out[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+    """The identity of a checkpoint directory's weights: ``{"tensors": tensor_digest(...)}`` over the tensors of its
+    weight files ({} when it holds none); the same weights in memory give the same (``model_weight_hashes``)."""
+    files = [path for path in sorted(Path(directory).iterdir()) if is_weight_file(path.name)]
+    if not files:
+        return {}
+    return {TENSORS: tensor_digest(_checkpoint_tensors(files))}
+
+
+def model_weight_hashes(model) -> dict[str, str]:
+    """``weight_hashes`` of a model in memory, from its state dict's tensors as they are: nothing is written or
+    copied (a tensor on a device comes to the CPU one at a time)."""
+    return {TENSORS: tensor_digest(model.state_dict().values())}
 
 
 def hub_offline() -> bool:

@@ -10,8 +10,8 @@ at most ``max_new_tokens`` new tokens, fp32 on the CPU and bf16 on CUDA. The sam
 batches give the same texts.
 
 Its ``identity`` is ``{"model", "weights_sha256", "chat_template_sha256", "dtype"}``: ``weights_sha256``
-is the sha256 of the sorted ``<file>:<sha256>`` lines of the checkpoint's weight files, so the same
-weights anywhere have one hash. Any object with an ``identity`` mapping and a ``generate(prompts,
+is the sha256 of the sorted ``<key>:<sha256>`` lines of the checkpoint's ``weight_hashes`` (its
+``tensors`` digest), so the same weights anywhere have one hash. Any object with an ``identity`` mapping and a ``generate(prompts,
 max_new_tokens)`` method returning one text per prompt can stand in (the tests script one).
 """
 
@@ -33,7 +33,7 @@ class TextGenerator(Protocol):
 
 
 def combined_sha256(hashes: Mapping[str, str]) -> str:
-    """sha256 of the sorted ``<file>:<sha256>`` lines of a checkpoint's weight files."""
+    """sha256 of the sorted ``<key>:<sha256>`` lines of a checkpoint's ``weight_hashes``."""
     return hashlib.sha256("".join(f"{name}:{h}\n" for name, h in sorted(hashes.items())).encode()).hexdigest()
 
 

@@ -502,10 +502,10 @@ class SourceExecutor:
 
 
 def short_hashes(hashes: Mapping[str, str] | None) -> str:
-    """Weight files and the first 12 hex digits of their sha256, for a message.
+    """A ``weights_sha256`` with the first 12 hex digits of each digest, for a message.
 
-    >>> short_hashes({"model.safetensors": "126f6bd57d3bc0166a3e"})
-    'model.safetensors 126f6bd57d3b'
+    >>> short_hashes({"tensors": "0eaaf349490c1fb5686b"})
+    'tensors 0eaaf349490c'
     """
     return ", ".join(f"{name} {digest[:12]}" for name, digest in sorted((hashes or {}).items())) or "(none found)"
 
