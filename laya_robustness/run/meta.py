@@ -7,6 +7,7 @@ import platform
 from importlib import metadata
 from typing import TYPE_CHECKING
 
+from laya_robustness.run.device_names import device_name
 from laya_robustness.run.fingerprints import data_fingerprint
 
 if TYPE_CHECKING:
@@ -72,15 +73,6 @@ def code_commit(root) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 else "unknown"
-
-
-def device_name(device: str) -> str:
-    """A readable name of the device: the CUDA device's name, or the CPU's platform string."""
-    if device.startswith("cuda"):
-        import torch
-
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu ({platform.machine()}, {platform.processor() or 'unknown processor'})"
 
 
 def invariance_meta(run: GateRun, device: str) -> dict:

@@ -9,7 +9,7 @@ from laya_robustness.rows import Row
 from laya_robustness.run.executors.base import forget_images
 from laya_robustness.run.images import DEFAULT_IMAGE_CACHE_BYTES, ImageStore, bind_images, rows_with_pixels
 from laya_robustness.run.invariance import InvarianceRun
-from laya_robustness.run.meta import device_name
+from laya_robustness.run.device_names import device_name
 from laya_robustness.run.models import load_source_scorer
 from laya_robustness.run.scoring import Scoring
 from laya_robustness.run.variants import family_variants, image_counts
