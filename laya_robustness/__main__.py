@@ -8,12 +8,17 @@ argument), printed as one line.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
 
+from laya_robustness.run.files import atomic_write, staged_folder
+
 FIXTURES = Path("laya_fixtures")
 HARNESS_ERROR, USAGE_ERROR = 3, 4
+#: File-system errors that are the machine's, not the input's: a full disk or quota, a failing device.
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
 def _calibrate(args) -> int:
@@ -23,7 +28,7 @@ def _calibrate(args) -> int:
         raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
     result = calibrate(args.seeds, args.out, args.pytest_args, plant=args.plant, plant_rate=args.plant_rate)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "calibration.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write(args.out / "calibration.json", json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(format_calibration(result))
     return 0
 
@@ -60,7 +65,7 @@ def _trend(args) -> int:
     checkpoints = read_checkpoints(args.folders)
     print("\n".join(trend_table(checkpoints)))
     if args.out is not None:
-        args.out.write_text(trend_html(checkpoints), encoding="utf-8")
+        atomic_write(args.out, trend_html(checkpoints))
         print(f"wrote {args.out}")
     return 0
 
@@ -123,7 +128,9 @@ def _fixture_rows(args) -> int:
 
     n_rows = args.rows_per_set if args.rows_per_set is not None else ROWS_PER_SET
     seed = args.seed if args.seed is not None else VALIDATION_SEED
-    for path in write_fixture_rows(args.out, n_rows=n_rows, seed=seed):
+    with staged_folder(args.out) as stage:
+        paths = [args.out / path.relative_to(stage) for path in write_fixture_rows(stage, n_rows=n_rows, seed=seed)]
+    for path in paths:
         print(f"wrote {path}")
     return 0
 
@@ -132,7 +139,8 @@ def _fixture_train(args) -> int:
     from laya_robustness.fixtures.train_smolvlm import STEPS, TRAIN_SEED, train
 
     seed = args.seed if args.seed is not None else TRAIN_SEED
-    record = train(args.out, steps=args.steps if args.steps is not None else STEPS, seed=seed)
+    with staged_folder(args.out) as stage:
+        record = train(stage, steps=args.steps if args.steps is not None else STEPS, seed=seed)
     print(record)
     return 0
 
@@ -142,16 +150,19 @@ def _fixture_captions(args) -> int:
 
     n_images = args.images if args.images is not None else N_IMAGES
     seed = args.seed if args.seed is not None else VALIDATION_SEED
-    print(f"wrote {write_fixture_captions(args.out, n_images=n_images, seed=seed)}")
+    with staged_folder(args.out) as stage:
+        written = args.out / write_fixture_captions(stage, n_images=n_images, seed=seed).relative_to(stage)
+    print(f"wrote {written}")
     return 0
 
 
 def _fixture_clip(args) -> int:
     from laya_robustness.fixtures.train_clip import EMBEDDED, STEPS, TRAIN_SEED, train
 
-    record = train(args.out, steps=args.steps if args.steps is not None else STEPS,
-                   seed=args.seed if args.seed is not None else TRAIN_SEED,
-                   vocabulary=args.vocabulary if args.vocabulary is not None else EMBEDDED)
+    with staged_folder(args.out) as stage:
+        record = train(stage, steps=args.steps if args.steps is not None else STEPS,
+                       seed=args.seed if args.seed is not None else TRAIN_SEED,
+                       vocabulary=args.vocabulary if args.vocabulary is not None else EMBEDDED)
     print(record)
     return 0
 
@@ -347,7 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return HARNESS_ERROR
-    except (OSError, ValueError) as exc:  # PredictionError, RowError and ThresholdsError are ValueErrors
+    except OSError as exc:  # a full disk or a failing device is the machine's (3); a missing or unreadable file, input
+        print(f"error: {exc}", file=sys.stderr)
+        return HARNESS_ERROR if exc.errno in MACHINE_ERRNOS else USAGE_ERROR
+    except ValueError as exc:  # PredictionError, RowError and ThresholdsError are ValueErrors
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR
 

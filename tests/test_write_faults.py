@@ -227,3 +227,41 @@ def test_fixtures_gguf_on_a_full_disk_exits_3_and_leaves_the_files_there_were(sm
     for name in FILES:
         assert (small_fs / name).read_bytes() == b"the previous " + name.encode()
     assert not [p.name for p in small_fs.iterdir() if p.name.startswith(".gguf-")]
+
+
+def test_fixtures_rows_on_a_full_disk_exits_3_and_leaves_the_folder_there_was(small_fs):
+    """A fixture folder is written whole beside its final name and swapped in (run.files.staged_folder): a disk
+    that fills up mid-way leaves the previous folder as it was, and no staging folder."""
+    import sys
+
+    rows = small_fs / "rows"
+    rows.mkdir()
+    (rows / "colour_choice.jsonl").write_text("the previous manifest\n")
+    _fill(small_fs, leave=200_000)  # a few dozen rows' images, not 500 per set
+    done = subprocess.run([sys.executable, "-m", "laya_robustness", "fixtures", "rows", "--out", str(rows),
+                           "--rows-per-set", "500"], cwd=pathlib.Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "No space left on device" in done.stderr
+    assert [p.name for p in rows.iterdir()] == ["colour_choice.jsonl"]
+    assert (rows / "colour_choice.jsonl").read_text() == "the previous manifest\n"
+    assert [p.name for p in small_fs.iterdir() if p.name.startswith(".rows.")] == []
+
+
+def test_a_staged_folder_takes_the_place_of_the_previous_one_only_when_whole(tmp_path):
+    from laya_robustness.run.files import staged_folder
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with staged_folder(out) as stage:
+            (stage / "new.txt").write_text("half")
+            raise RuntimeError("broke half-way")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (out / "old.txt").read_text() == "old"
+    with staged_folder(out) as stage:
+        (stage / "new.txt").write_text("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and [p.name for p in out.iterdir()] == ["new.txt"]
+    made = tmp_path / "made-by-mkdir"
+    made.mkdir()
+    assert stat.S_IMODE(out.stat().st_mode) == stat.S_IMODE(made.stat().st_mode)  # the user's mode, not mkdtemp's 0700

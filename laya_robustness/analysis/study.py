@@ -12,6 +12,7 @@ from laya_robustness.metrics.cross_model import check_same_rows, cross_model_ana
 from laya_robustness.metrics.stability_analysis import MODALITIES, stability_analysis
 from laya_robustness.predictions import read_predictions, sibling_meta
 from laya_robustness.report.stability_tables import format_cross_model, format_layerwise, format_stability
+from laya_robustness.run.files import atomic_write
 from laya_robustness.scoring.factory import load_scorer
 
 
@@ -66,7 +67,7 @@ def stability_report(paths: list[Path], *, names: list[str] | None = None, modal
         out["layerwise"] = layerwise_report(paths[0], modality_of=modality_of, **layerwise)
         print(format_layerwise(out["layerwise"]))
     if json_out is not None:
-        json_out.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        atomic_write(json_out, json.dumps(out, indent=2, sort_keys=True) + "\n")
     return 0
 
 

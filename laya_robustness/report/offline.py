@@ -9,6 +9,7 @@ from pathlib import Path
 from laya_robustness.metrics.floor import floor_block
 from laya_robustness.predictions import read_predictions, sibling_meta
 from laya_robustness.report.tables import format_floor_table, format_table
+from laya_robustness.run.files import atomic_write
 from laya_robustness.summary import flat_records, summarize
 
 
@@ -22,7 +23,7 @@ def summarize_file(predictions_path: str | Path, out_path: str | Path, ece_floor
     predictions_path = Path(predictions_path)
     summary = summarize(read_predictions(predictions_path), sibling_meta(predictions_path),
                         ece_floor_sims=ece_floor_sims)
-    Path(out_path).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write(Path(out_path), json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(format_table(summary))
     return 0
 

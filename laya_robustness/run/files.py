@@ -1,9 +1,11 @@
-"""Report files written atomically with the user's file mode (one file, or a set of them all or none), and names
-made safe for a file system."""
+"""Report files written atomically with the user's file mode (one file, or a set of them all or none), folders made
+whole beside their final name and swapped in (``staged_folder``), and names made safe for a file system."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -72,3 +74,27 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in the same folder, flushed to disk,
     and a rename, so a reader never sees half a file (``write_all`` of one file)."""
     write_all({Path(path): data})
+
+
+@contextlib.contextmanager
+def staged_folder(out: Path):
+    """A folder to write ``out``'s whole content into, beside it (``.<name>.staging-*``): when the block ends without
+    an error it takes ``out``'s place (the previous folder is moved aside, then removed); when it raises it is
+    removed and ``out`` keeps what it had. A failure (a full disk) leaves the previous folder or, between the two
+    renames, none: never half of one."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.staging-"))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it 0700; the folder gets the user's mode as any other
+    previous = None
+    if out.exists():
+        previous = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.previous-"))
+        os.replace(out, previous / out.name)
+    os.replace(staging, out)
+    if previous is not None:
+        shutil.rmtree(previous, ignore_errors=True)
