@@ -170,3 +170,22 @@ def test_run_gate_validates_each_option_as_pytest_does(opt, monkeypatch):
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     problem = first.split(": ", 1)[1]
     assert f"{opt.flag}: " in done.stderr and problem.split(" ")[0] in done.stderr, done.stderr[-2000:]
+
+
+def test_a_harness_error_before_anything_is_scored_names_no_journal_and_leaves_no_scratch(tmp_path, monkeypatch):
+    """It used to name a journal folder that was empty, and leave it in the temporary folder."""
+    import shutil
+    import tempfile
+
+    from laya_robustness.run.errors import HarnessError
+
+    broken = tmp_path / "broken"
+    shutil.copytree(EMBEDDED, broken)
+    (broken / "model.safetensors").write_bytes(b"these are no weights")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(HarnessError, match="cannot load") as raised:
+        laya_robustness.run_gate(str(broken), families=["option_order"], rows_per_set=2, invariance=False)
+    assert "journal" not in str(raised.value) and list(scratch.iterdir()) == []

@@ -165,3 +165,21 @@ def test_a_gate_that_breaks_during_training_is_noted_and_training_goes_on(tmp_pa
     else:
         assert steps.steps == [1, 2, 3] and sorted(callback.results) == [2, 3]
         assert all(r.judged for r in callback.results.values())
+
+
+def test_the_wrappers_around_a_model_are_unwrapped_to_the_transformers_model():
+    import torch
+
+    from laya_robustness.scoring.in_memory import unwrapped
+
+    model = _model()
+    assert unwrapped(model) is model and unwrapped(torch.compile(model)) is model
+
+    class Holder(torch.nn.Module):  # how DistributedDataParallel and FSDP1 hold the module they wrap
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    assert unwrapped(Holder(torch.compile(model))) is model
+    lora = get_peft_model(_model(), LoraConfig(r=2, target_modules=["q_proj"]))
+    assert unwrapped(lora) is lora.get_base_model() and unwrapped(Holder(lora)) is lora.get_base_model()

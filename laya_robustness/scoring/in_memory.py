@@ -13,14 +13,17 @@ def unwrapped(model):
     in place in the module tree, so it scores with them, as the peft model's own forward does), the ``module`` of a
     DistributedDataParallel or FSDP1 wrapper, the ``_orig_mod`` of a torch.compile'd model; ``model`` itself when
     it wraps nothing."""
+    from transformers import PreTrainedModel
+
     seen = set()
     while id(model) not in seen:
         seen.add(id(model))
         if callable(getattr(type(model), "get_base_model", None)):
             model = model.get_base_model()
             continue
-        if getattr(model, "config", None) is None:
-            inner = [m for name, m in getattr(model, "_modules", {}).items() if name in WRAPPED_MODULE]
+        if not isinstance(model, PreTrainedModel):  # a torch wrapper (which may forward config & co to its module)
+            held = getattr(model, "__dict__", {}).get("_modules", {})  # its own submodules, not forwarded ones
+            inner = [module for name, module in held.items() if name in WRAPPED_MODULE]
             if inner:
                 model = inner[0]
     return model
