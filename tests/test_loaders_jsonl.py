@@ -183,3 +183,19 @@ def test_the_users_jsonl_files_are_read_like_manifests(tmp_path, reader):
     path.write_bytes(b'\n{"row_id": "caf\xe9"}\n')
     with pytest.raises(RowError, match=r"user\.jsonl:2: field 'row_id': not UTF-8: byte 0xe9"):
         read(path)
+
+
+@pytest.mark.parametrize(("open_row", "hint"), [
+    (False, "did you mean 'label' (a choice row's right answer: the index of the right option in 'options', from 0)?"),
+    (True, "did you mean 'answers' (an open row's right answers: a list of the accepted texts)?"),
+])
+def test_a_right_answer_under_another_datasets_key_is_pointed_to_the_field_of_its_rows_kind(tmp_path, open_row, hint):
+    """A row with ``answer`` was told "did you mean 'answers'?", the open rows' field, where a choice row needs
+    ``label``."""
+    record = _record()
+    del record["label"]
+    if open_row:
+        del record["options"]
+    record["answer"] = 1
+    path = _manifest(tmp_path, [record])
+    assert str(_error(path)).startswith(f"{path}:1: field 'answer': unknown field; {hint} (fields: ")

@@ -205,13 +205,37 @@ def manifest_images(where: Where, base_dir: Path, data_root: Path, settings: Loa
     return refs
 
 
+#: Keys other datasets give a row's right answer under.
+ANSWER_KEYS = ("answer", "answer_idx", "answer_index", "answer_id", "gold", "correct", "correct_answer", "target",
+               "solution", "ground_truth")
+
+
+def field_hint(key: str, record: Mapping[str, Any]) -> str:
+    """What to write instead of an unknown ``key``, for this row's kind: a right answer goes under ``label`` in a
+    choice row (it has ``options``) and under ``answers`` in an open one; else the closest field's name.
+
+    >>> field_hint("answer", {"question": "q", "options": ["a", "b"]})
+    "did you mean 'label' (a choice row's right answer: the index of the right option in 'options', from 0)? "
+    >>> field_hint("answer", {"question": "q"})
+    "did you mean 'answers' (an open row's right answers: a list of the accepted texts)? "
+    >>> field_hint("qestion", {})
+    "did you mean 'question'? "
+    """
+    if key.lower() in ANSWER_KEYS:
+        if "options" in record and "label" not in record:
+            return ("did you mean 'label' (a choice row's right answer: the index of the right option in 'options', "
+                    "from 0)? ")
+        if "options" not in record and "answers" not in record:
+            return "did you mean 'answers' (an open row's right answers: a list of the accepted texts)? "
+    close = difflib.get_close_matches(key, RECORD_FIELDS, n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def unknown_fields(record: Mapping[str, Any], where: Where) -> None:
-    """Refuse a manifest key that is not a row field (with a "did you mean")."""
+    """Refuse a manifest key that is not a row field (with a "did you mean" that fits the row's kind)."""
     for key in record:
         if key not in RECORD_FIELDS:
-            close = difflib.get_close_matches(key, RECORD_FIELDS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise where.error(key, f"unknown field; {hint}(fields: {', '.join(RECORD_FIELDS)}; "
+            raise where.error(key, f"unknown field; {field_hint(key, record)}(fields: {', '.join(RECORD_FIELDS)}; "
                                    f"put anything else under 'meta')")
 
 
