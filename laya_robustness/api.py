@@ -33,7 +33,7 @@ from laya_robustness.run.lock import claim_or_say_why, release
 from laya_robustness.run.judged import JudgedTally
 from laya_robustness.run.options import OPTIONS, by_field, default_of, parse_settings
 from laya_robustness.run.reports import data_files
-from laya_robustness.run.scope import Scope, decide_scope
+from laya_robustness.run.scope import Scope, cut_short, decide_scope
 from laya_robustness.scoring.in_memory import device_mismatch, processor_mismatch, unwrapped
 
 #: ``progress(label, done, total)``: told the rows scored of each cell (``label``: family/dataset (device)).
@@ -327,6 +327,7 @@ def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, w
         run.incomplete_reason = nothing.message
     elif device in run.scopes and not run.scopes[device].complete:
         run.incomplete_reason = f"on {device} {run.scopes[device].shortfall}"
+    run.scopes = cut_short(run.scopes, run.incomplete_reason)
     files = data_files(run) if run.records or run.invariance_results else {}
     if write:
         from laya_robustness.report.folder import write_reports

@@ -11,6 +11,7 @@ from laya_robustness.pytest_plugin.selection import device_scopes, narrowed_by, 
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
 from laya_robustness.run.judged import NO_CUDA
+from laya_robustness.run.scope import cut_short
 from laya_robustness.run.scorers import served_without_dual
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
@@ -347,6 +348,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.nothing_judged is not None:
         run.incomplete_reason = run.incomplete_reason or state.nothing_judged.message
         session.exitstatus = state.nothing_judged.status
+    run.scopes = cut_short(run.scopes, run.incomplete_reason)
     if state.reported:
         _write_reports(state)
     if run.harness_errors:

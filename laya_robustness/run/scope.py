@@ -20,7 +20,7 @@ False
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 Cell = tuple[str, str]  # (family, dataset)
@@ -58,6 +58,7 @@ class Scope:
     scored: frozenset[Cell]
     judged: frozenset[Cell]
     narrowed_by: tuple[str, ...] = ()
+    cut_short: str | None = None  # why the run ended incomplete although its cells were judged (a harness error)
 
     @property
     def not_judged(self) -> frozenset[Cell]:
@@ -66,17 +67,18 @@ class Scope:
 
     @property
     def complete(self) -> bool:
-        return not self.not_judged
+        return not self.not_judged and self.cut_short is None
 
     @property
     def covered(self) -> str:
         """What the report covers, in one line (its first line on the terminal, in summary.md and report.html)."""
         n = len(self.asked)
-        if self.complete:
+        if not self.not_judged:
             families = len({f for f, _ in self.asked})
             datasets = len({d for _, d in self.asked})
-            return (f"complete: all {n} cells of {families} famil{'y' if families == 1 else 'ies'} on {datasets} "
-                    f"dataset{'' if datasets == 1 else 's'} scored and judged")
+            cells = (f"all {n} cells of {families} famil{'y' if families == 1 else 'ies'} on {datasets} "
+                     f"dataset{'' if datasets == 1 else 's'} scored and judged")
+            return f"complete: {cells}" if self.cut_short is None else f"incomplete: {cells}, but {self.cut_short}"
         judged = self.judged & self.asked & self.scored
         line = (f"incomplete: {len(judged)} of {n} cells judged: {cells_text(judged)}; "
                 f"not judged: {cells_text(self.not_judged)}")
@@ -91,6 +93,8 @@ class Scope:
         """
         if self.complete:
             return None
+        if not self.not_judged:
+            return self.cut_short
         why = f"not judged: {cells_text(self.not_judged)}"
         why += f"; narrowed by {' '.join(self.narrowed_by)}" if self.narrowed_by else ""
         return f"its tests judged {len(self.judged & self.asked & self.scored)} of {len(self.asked)} cells ({why})"
@@ -106,6 +110,19 @@ class Scope:
             "not_judged": _by_family(self.not_judged),
             "narrowed_by": list(self.narrowed_by),
         }
+
+
+def cut_short(scopes: dict, reason: str | None) -> dict:
+    """``scopes`` (device -> Scope) with each complete one marked as cut short by ``reason`` (the run's own reason to
+    be incomplete: a harness error, nothing judged), so no report says "complete" of a run that is not.
+
+    >>> scope = decide_scope([("orig", "a")], [("orig", "a")], [("orig", "a")])
+    >>> cut_short({"cpu": scope}, "a harness error")["cpu"].covered
+    'incomplete: all 1 cells of 1 family on 1 dataset scored and judged, but a harness error'
+    """
+    if reason is None:
+        return scopes
+    return {device: replace(scope, cut_short=reason) if scope.complete else scope for device, scope in scopes.items()}
 
 
 def decide_scope(asked: Iterable[Cell], scored: Iterable[Cell], judged: Iterable[Cell],
