@@ -75,14 +75,23 @@ def test_a_lora_model_is_gated_with_the_numbers_of_its_merged_saved_and_reloaded
     AutoProcessor.from_pretrained(MODEL).save_pretrained(tmp_path / "merged")
     monkeypatch.chdir(ROOT)
     laya_robustness.run_gate(str(tmp_path / "merged"), invariance=False, report_dir=tmp_path / "again", **GATE)
+    laya_robustness.run_gate(str(MODEL), invariance=False, report_dir=tmp_path / "base", **GATE)
     in_training, reloaded = _records(tmp_path / "robustness" / "checkpoint-2"), _records(tmp_path / "again")
-    assert set(in_training) == set(reloaded) and len(reloaded) > 40
-    worst = 0.0
+    base = _records(tmp_path / "base")
+    assert set(in_training) == set(reloaded) == set(base) and len(reloaded) > 40
+    merged, adapted = _largest_dp(in_training, reloaded), _largest_dp(in_training, base)
     for row_id, record in reloaded.items():
         assert in_training[row_id]["argmax"] == record["argmax"], row_id
-        p, q = _probabilities(in_training[row_id]["logits"]), _probabilities(record["logits"])
-        worst = max(worst, *(abs(a - b) for a, b in zip(p, q)))
-    assert worst <= 1e-5, worst  # the merged weights W + BA round differently from W x + B(A x): nothing more
+    # the merged weights W + BA round differently from W x + B(A x), in the 5th decimal of a probability at most,
+    # and the adapters' own effect (against the base model) is over a hundred times that
+    print(f"\nlargest |dp|: merged and reloaded {merged:.2e}; the base model {adapted:.2e}")
+    assert merged <= 1e-4 and adapted > 100 * merged, (merged, adapted)
+
+
+def _largest_dp(a: dict, b: dict) -> float:
+    """The largest difference of an option's probability between two runs' records of the same rows."""
+    return max(abs(x - y) for row_id in a
+               for x, y in zip(_probabilities(a[row_id]["logits"]), _probabilities(b[row_id]["logits"])))
 
 
 def test_a_folder_of_rows_that_is_not_there_is_refused_when_the_callback_is_made(tmp_path):
