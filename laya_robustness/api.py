@@ -22,11 +22,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from laya_robustness.families import declared
 from laya_robustness.gate.explain import failure_message
-from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
+from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import FAIL, XPASS
 from laya_robustness.records import ORIG
 from laya_robustness.run.errors import EXIT_LIMIT_CROSSED, HarnessError, UsageError
-from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped
+from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped, decided_nothing
 from laya_robustness.run.invariance import CONDITION_NAMES, DUAL_CONDITIONS
 from laya_robustness.run.journal import JOURNAL_DIR
 from laya_robustness.run.lock import claim_or_say_why, release
@@ -284,16 +284,9 @@ def judge_run(run: GateRun, invariance: bool = True, write: bool = False) -> Gat
                 break
             continue
         failures += _failures(judged)
-        inapplicable = _not_applicable(judged)
+        inapplicable = decided_nothing(judged)
         tally.asked_for(judged=not inapplicable, not_applicable=inapplicable)
     return _result(run, device, failures, skipped, write, tally)
-
-
-def _not_applicable(check) -> bool:
-    """Whether a judged cell, condition or regression decided nothing (every limit not applicable)."""
-    if isinstance(check, CellCheck):
-        return check.verdict.outcome == NOT_APPLICABLE
-    return bool(check.results) and all(r.decision == NOT_APPLICABLE for r in check.results)
 
 
 def _failures(check) -> list[Failure]:

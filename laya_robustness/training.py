@@ -199,9 +199,7 @@ def _read_inputs(settings) -> RunInputs:
     """The callback's rows and limits, read now (each evaluation reuses them): ``UsageError`` naming the argument."""
     inputs = RunInputs(settings, False)
     try:
-        inputs.thresholds  # noqa: B018  (reads the rows too)
-        if settings.baseline is not None:
-            inputs.baseline_records  # noqa: B018
+        inputs.validate()
     except UsageError as exc:
         raise exc.for_arguments() from None
     return inputs

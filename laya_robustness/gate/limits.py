@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping
 from laya_robustness.embedded import EMBEDDED_DATA, EMBEDDED_LIMITATIONS, EMBEDDED_MODEL
 from laya_robustness.families import compares_flips, declared
 from laya_robustness.gate.thresholds import Gate, Thresholds, ThresholdsError, load_thresholds, measured_on
+from laya_robustness.scoring.loading import short_hashes, weight_hashes
 
 
 def run_limits(thresholds: str | Path, *, datasets: Iterable[str], conditions: Iterable[str],
@@ -52,14 +53,11 @@ def _other_weights(overlay: Path, model: str | None, weights: Mapping[str, str] 
     if measured is None:
         return None
     if weights is None:
-        from laya_robustness.scoring.loading import weight_hashes
-
         weights = weight_hashes(Path(model)) if model and Path(model).is_dir() else None
     if not weights or dict(weights) == measured:
         return None
-    hashes = lambda h: ", ".join(f"{name} {digest[:12]}" for name, digest in sorted(h.items()))  # noqa: E731
-    what = f"the known limitations in {overlay} were measured on other weights ({hashes(measured)}; this model: " \
-           f"{hashes(weights)})"
+    what = f"the known limitations in {overlay} were measured on other weights ({short_hashes(measured)}; this " \
+           f"model: {short_hashes(weights)})"
     if applied:
         return f"{what}: applied, as --limitations names the file"
     return f"{what}: not applied, so each of their checks is judged on its own (--limitations {overlay} applies them)"

@@ -15,8 +15,7 @@ from laya_robustness.pytest_plugin import outcomes
 from laya_robustness.pytest_plugin.options import as_pytest, read_settings
 from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.run.errors import UsageError
-from laya_robustness.gate.results import NOT_APPLICABLE
-from laya_robustness.run.gate_run import GateRun, Skipped
+from laya_robustness.run.gate_run import GateRun, Skipped, decided_nothing
 from laya_robustness.run.judged import JudgedTally, NothingJudged
 from laya_robustness.run.lock import RunIdentity
 
@@ -83,13 +82,13 @@ class RobustnessSession:
     def check_family(self, family: str, dataset: str, device: str) -> None:
         """Evaluate every limit of (family, dataset); fail, xfail (known limitation), skip or pass."""
         check = _skipping(lambda: self.run.check_family(family, dataset, device))
-        self._inapplicable = check.verdict.outcome == NOT_APPLICABLE
+        self._inapplicable = decided_nothing(check)
         outcomes.cell_outcome(check.verdict, check.records, family, dataset, check.limits_files)
 
     def check_invariance(self, condition: str, device: str, source: str = "rows") -> None:
         """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
         check = _skipping(lambda: self.run.check_invariance(condition, device, source))
-        self._inapplicable = bool(check.results) and all(r.decision == NOT_APPLICABLE for r in check.results)
+        self._inapplicable = decided_nothing(check)
         outcomes.invariance_outcome(check.results, check.stats)
 
     def check_regression(self, family: str, device: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from laya_robustness.families import get_family
 from laya_robustness.gate.judgement import Judgement, evaluate_cell, evaluate_invariance
 from laya_robustness.gate.limits import regression_limits
-from laya_robustness.gate.results import CheckResult
+from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.records import ORIG, Record
@@ -79,6 +79,13 @@ class RegressionCheck:
     family: str
     results: list[CheckResult]
     cell: dict
+
+
+def decided_nothing(check: "CellCheck | InvarianceCheck | RegressionCheck") -> bool:
+    """Whether a judged cell, condition or regression decided nothing: every limit of it not applicable."""
+    if isinstance(check, CellCheck):
+        return check.verdict.outcome == NOT_APPLICABLE
+    return bool(check.results) and all(r.decision == NOT_APPLICABLE for r in check.results)
 
 
 def reported_condition(condition: str, source: str) -> str:
@@ -146,9 +153,7 @@ class GateRun:
 
     def validate_inputs(self) -> None:
         """Read the rows, the limits and the --baseline now: their errors are usage errors before any work starts."""
-        self.thresholds  # noqa: B018  (reads the rows too)
-        if self.settings.baseline is not None:
-            self.inputs.baseline_records  # noqa: B018
+        self.inputs.validate()
 
     # -- the report folder ----------------------------------------------------------------------
 

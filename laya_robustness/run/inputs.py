@@ -233,6 +233,12 @@ class RunInputs:
             self._thresholds = self._once("thresholds", read)
         return self._thresholds
 
+    def validate(self) -> None:
+        """Read the rows, the limits and the --baseline now: their errors are usage errors before any work starts."""
+        self.thresholds  # noqa: B018  (reads the rows too)
+        if self.settings.baseline is not None:
+            self.baseline_records  # noqa: B018
+
     @property
     def baseline_records(self) -> list:
         """The records of --baseline."""

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Mapping
 
 from laya_robustness.scoring.base import ModelLoadError, UnsupportedArchitecture
 
@@ -83,6 +84,15 @@ def weight_hashes(directory: Path) -> dict[str, str]:
     if not files:
         return {}
     return {TENSORS: tensor_digest(_checkpoint_tensors(files))}
+
+
+def short_hashes(hashes: Mapping[str, str] | None) -> str:
+    """A ``weights_sha256`` with the first 12 hex digits of each digest, for a message.
+
+    >>> short_hashes({"tensors": "0eaaf349490c1fb5686b"})
+    'tensors 0eaaf349490c'
+    """
+    return ", ".join(f"{name} {digest[:12]}" for name, digest in sorted((hashes or {}).items())) or "(none found)"
 
 
 def model_weight_hashes(model) -> dict[str, str]:

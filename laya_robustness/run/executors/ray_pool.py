@@ -37,6 +37,7 @@ from laya_robustness.run.images import DEFAULT_IMAGE_CACHE_BYTES
 from laya_robustness.run.scoring import Scoring
 from laya_robustness.run.variants import expected_chunks
 from laya_robustness.scoring.cache import ByteLRU
+from laya_robustness.scoring.loading import short_hashes
 
 #: Shards in flight per actor.
 PIPELINE = 2
@@ -499,15 +500,6 @@ class SourceExecutor:
         for them: no shard in flight asks for them). Not waited for: an actor runs its calls in the order sent."""
         for slot in self.pool.slots:
             slot.actor.forget_images.remote(self.source, list(digests))
-
-
-def short_hashes(hashes: Mapping[str, str] | None) -> str:
-    """A ``weights_sha256`` with the first 12 hex digits of each digest, for a message.
-
-    >>> short_hashes({"tensors": "0eaaf349490c1fb5686b"})
-    'tensors 0eaaf349490c'
-    """
-    return ", ".join(f"{name} {digest[:12]}" for name, digest in sorted((hashes or {}).items())) or "(none found)"
 
 
 def _load_error(exc: Exception) -> str:
