@@ -29,11 +29,11 @@ from laya_robustness.run.errors import EXIT_LIMIT_CROSSED, HarnessError, UsageEr
 from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped, decided_nothing
 from laya_robustness.run.invariance import CONDITION_NAMES, DUAL_CONDITIONS
 from laya_robustness.run.journal import JOURNAL_DIR
-from laya_robustness.run.lock import claim_or_say_why, release
+from laya_robustness.run.lock import RunIdentity, claim_or_say_why, release
 from laya_robustness.run.judged import JudgedTally
 from laya_robustness.run.options import OPTIONS, by_field, default_of, parse_settings
-from laya_robustness.run.reports import data_files
-from laya_robustness.run.scope import Scope, cut_short, decide_scope
+from laya_robustness.run.outcome import Ending, RunOutcome
+from laya_robustness.run.scope import Scope
 from laya_robustness.scoring.in_memory import device_mismatch, processor_mismatch, unwrapped
 
 #: ``progress(label, done, total)``: told the rows scored of each cell (``label``: family/dataset (device)).
@@ -62,7 +62,8 @@ class GateResult:
     (what the run covered), the checks that did not run with their reasons (``skipped``: test id -> reason), how
     many checks reached a verdict (``judged``) and, for a run that judged none, why (``nothing_judged``: such a run
     never passes; its status is 4 when the selection leaves nothing to judge, 3 when what was scored gave the
-    limits nothing to judge)."""
+    limits nothing to judge). ``outcome`` is the whole ``run.outcome.RunOutcome`` these are read from (every
+    device's reports, the records, what was written)."""
 
     passed: bool
     exit_status: int
@@ -74,7 +75,9 @@ class GateResult:
     skipped: dict[str, str] = field(default_factory=dict)
     judged: int = 0
     nothing_judged: str | None = None
-    _run: GateRun | None = field(default=None, repr=False, compare=False)
+    outcome: RunOutcome | None = field(default=None, repr=False, compare=False)
+    _identity: RunIdentity | None = field(default=None, repr=False, compare=False)
+    _wait: float = field(default=0, repr=False, compare=False)
 
     def write(self, report_dir: str | Path) -> list[Path]:
         """Write the run's report files (summary.json, checks.json, predictions.jsonl.gz, invariance.json,
@@ -83,19 +86,19 @@ class GateResult:
         ``report_dir``; a failure while writing (a full disk) a ``HarnessError``."""
         from laya_robustness.report.folder import write_reports
 
-        folder, run = Path(report_dir), self._run
+        folder = Path(report_dir)
         try:
-            claim_or_say_why(folder, run.run_identity, wait_s=run.settings.report_dir_wait,
+            claim_or_say_why(folder, self._identity, wait_s=self._wait,
                              hint="write(<another folder>), or once that run has ended")
         except UsageError as exc:
             raise exc.for_arguments() from None
         try:
-            written = write_reports(run, folder)
+            done = write_reports(self.outcome, folder)
         finally:
-            release(folder, run.run_identity)
-        if not written:
-            raise HarnessError(run.harness_errors[-1])
-        return written
+            release(folder, self._identity)
+        if not done.paths:
+            raise HarnessError(done.errors[-1])
+        return list(done.paths)
 
 
 def _text(name: str, value: Any) -> str:
@@ -191,15 +194,15 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
     raw = option_texts(given)
     try:
         settings = parse_settings(raw, root=root, cwd=Path.cwd(), model_given="model" in given,
-                                  ray_given=[flag for flag in raw if flag.startswith("--ray-")])
+                                  given=list(raw))
     except UsageError as exc:
         _remove(scratch)
         raise exc.for_arguments() from None
-    if in_memory and settings.executor != "local":
-        _remove(scratch)
-        raise UsageError("executor: a model loaded in memory is scored in this process: executor='local'")
     run = GateRun(settings, root=root, progress=_progress(progress), model_object=model if in_memory else None,
                   processor=processor)
+    if in_memory and run.models.run_executor.holds_scorers:
+        _remove(scratch)
+        raise UsageError("executor: a model loaded in memory is scored in this process: executor='local'")
     try:
         result = judge_run(run, invariance, write=report_dir is not None)
     except UsageError as exc:
@@ -305,34 +308,26 @@ def _failure(result: CheckResult, kind: str) -> Failure:
 
 def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, write: bool,
             tally: JudgedTally) -> GateResult:
-    """The run's scope, reports and result; its harness errors raised once they are reported. A run that judged
-    nothing is not passed (``GateResult.nothing_judged`` says why) and its reports say it is incomplete."""
+    """The run's outcome (``GateRun.finish``), its reports written when asked, as a ``GateResult``; its harness
+    errors raised once they are reported. A run that judged nothing is not passed (``GateResult.nothing_judged``
+    says why) and its reports say it is incomplete."""
     families = run.families
-    narrowed = [] if tuple(families) == default_of("--families") else [f"--families {','.join(families)}"]
-    if run.records or run.invariance_results:
-        scored = {(f, d) for f, d, dev in run.scored if dev == device}
-        judged = {(f, d) for f, d, dev in run.judged if dev == device}
-        run.scopes = {device: decide_scope(run.run_cells(), scored, judged, narrowed)}
+    narrowed = () if tuple(families) == default_of("--families") else (f"--families {','.join(families)}",)
     nothing = tally.nothing_judged()
-    if run.harness_errors:
-        run.incomplete_reason = f"{len(run.harness_errors)} harness error(s): {run.harness_errors[0]}"
-    elif nothing is not None:
-        run.incomplete_reason = nothing.message
-    elif device in run.scopes and not run.scopes[device].complete:
-        run.incomplete_reason = f"on {device} {run.scopes[device].shortfall}"
-    run.scopes = cut_short(run.scopes, run.incomplete_reason)
-    files = data_files(run) if run.records or run.invariance_results else {}
+    outcome = run.finish(Ending(status=EXIT_LIMIT_CROSSED if failures else 0, narrowed_by=narrowed,
+                                nothing_judged=nothing))
     if write:
-        from laya_robustness.report.folder import write_reports
+        from laya_robustness.report.folder import written_to
 
-        run.written = write_reports(run)
-    if run.harness_errors:
-        raise HarnessError(run.harness_errors[0] + (f" (and {len(run.harness_errors) - 1} more)"
-                                                    if len(run.harness_errors) > 1 else ""))
-    named = {path.name: data for path, data in files.items()}
-    checks = json.loads(named["checks.json"]) if "checks.json" in named else {"meta": {}, "results": []}
-    invariance = json.loads(named["invariance.json"]) if "invariance.json" in named else None
-    status = nothing.status if nothing is not None else EXIT_LIMIT_CROSSED if failures else 0
-    return GateResult(passed=status == 0, exit_status=status, summary=run.summaries.get(device, {}),
-                      checks=checks, failures=failures, invariance=invariance, scope=run.scopes.get(device),
-                      skipped=skipped, judged=tally.judged, nothing_judged=nothing and nothing.message, _run=run)
+        outcome = written_to(outcome, run.report_dir)
+    errors = outcome.harness_errors
+    if errors:
+        raise HarnessError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+    report = outcome.reports.get(device)
+    checks = report.checks if report is not None and report.checks is not None else {"meta": {}, "results": []}
+    return GateResult(passed=outcome.exit_status == 0, exit_status=outcome.exit_status,
+                      summary=outcome.summaries.get(device, {}), checks=json.loads(json.dumps(checks)),
+                      failures=failures, invariance=report.invariance if report is not None else None,
+                      scope=outcome.scopes.get(device), skipped=skipped, judged=tally.judged,
+                      nothing_judged=nothing and nothing.message, outcome=outcome, _identity=run.run_identity,
+                      _wait=run.settings.report_dir_wait)

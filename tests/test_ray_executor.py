@@ -577,7 +577,7 @@ def test_a_bad_executor_option_is_a_usage_error_naming_it(gate, args, words):
 
 
 def test_without_ray_the_ray_executor_says_what_to_install(gate, monkeypatch):
-    monkeypatch.setattr("laya_robustness.run.options.ray_installed", lambda: False)
+    monkeypatch.setattr("laya_robustness.run.executors.ray_executor.ray_installed", lambda: False)
     result = gate.runpytest("robustness_tests", "--executor", "ray")
     assert result.ret == 4
     assert "--executor ray: Ray is not installed; pip install 'laya-robustness[cluster]'" in result.stderr.str()

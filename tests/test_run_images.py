@@ -21,7 +21,7 @@ from laya_robustness.run.fingerprints import data_fingerprint
 from laya_robustness.run.images import ImageStore, image_bytes, rows_with_pixels
 from laya_robustness.run.inputs import load_source_rows
 from laya_robustness.run.journal import Journal, row_key
-from laya_robustness.run.executors.local import LocalExecutor
+from laya_robustness.run.executors.local import SequentialChunkExecutor
 from laya_robustness.run.scoring import Scoring, score_journaled
 from laya_robustness.run.variants import VariantImages, family_variants, variant_digests
 from test_row_wise import _content
@@ -156,7 +156,7 @@ def test_what_the_hf_scorer_keeps_of_a_cells_variant_images_goes_with_their_rows
         held.append(len(scorer._feature_store) + len(scorer._prefixes) + len(scorer._pixels))
 
     images = VariantImages(rows, store, scorer)
-    records = score_journaled(LocalExecutor(Scoring(scorer)), journal, rows, chunks, on_done=done)
+    records = score_journaled(SequentialChunkExecutor(Scoring(scorer)), journal, rows, chunks, on_done=done)
     assert len(records) == len(rows) and records[0].logits == records[-1].logits
     new = {d for v in variants for d in variant_digests(v)}
     assert len(new) > 20 and scorer.stats["vision_encodes"] - encoded == len(new)  # none encoded twice

@@ -7,11 +7,11 @@ import pytest
 from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
-from laya_robustness.pytest_plugin.selection import device_scopes, narrowed_by, planned_cells
+from laya_robustness.pytest_plugin.selection import narrowed_by, planned_cells
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
 from laya_robustness.run.judged import NO_CUDA
-from laya_robustness.run.scope import cut_short
+from laya_robustness.run.outcome import Ending, RunOutcome
 from laya_robustness.run.scorers import served_without_dual
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.settings.keep_freed_memory:
         from laya_robustness.scoring.malloc import keep_freed_memory
 
-        session.run.kept_freed_memory = keep_freed_memory()
+        session.run.set_kept_freed_memory(keep_freed_memory())
 
 
 def _terminate_as_interrupt(config: pytest.Config) -> None:
@@ -187,7 +187,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # on --executor ray they are scored as one stream from the first test on (run.executors.ray_stream).
     # pytest calls this hook even when collection stopped on an error (a bad input file: there is no plan to make).
     state = session.config.stash.get(SESSION_KEY, None)
-    if state is not None and state.usage_error is None and state.run.models.uses_ray \
+    if state is not None and state.usage_error is None and state.run.models.run_executor.streams \
             and not session.config.option.collectonly:
         state.run.plan(planned_cells(session.items, state.run))
 
@@ -279,20 +279,18 @@ def pytest_testnodedown(node, error) -> None:
         merge_payload(robustness_session(node.config), payload)
 
 
-def incomplete_reason(session: pytest.Session, exitstatus: int, harness_errors, scopes=None) -> str | None:
-    """Why this run's reports do not cover what it set out to do (``scopes``: each device's
-    ``laya_robustness.run.scope.Scope``), or None when it finished and judged every cell it asks for."""
+def ending(session: pytest.Session, exitstatus: int, nothing_judged) -> Ending:
+    """How pytest's side of the run ended (``run.outcome.Ending``): its exit status, an exit status that ended the
+    run before its tests did (interrupted, an internal error), a stop on purpose (``-x``, ``--maxfail``, a lost
+    endpoint), the selection options that left cells out, and whether the run judged nothing."""
+    ended = None
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
-        return f"the run ended with exit status {int(exitstatus)} ({pytest.ExitCode(exitstatus).name})"
-    if harness_errors:
-        return f"{len(harness_errors)} harness error(s): {harness_errors[0]}"
-    stopped = session.shouldstop or session.shouldfail
-    if stopped:
-        return f"stopped early: {stopped}"
-    for device, scope in sorted((scopes or {}).items()):
-        if not scope.complete:
-            return f"on {device} {scope.shortfall}"
-    return None
+        ended = f"the run ended with exit status {int(exitstatus)} ({pytest.ExitCode(exitstatus).name})"
+    stopped = session.shouldstop or session.shouldfail or None
+    state = robustness_session(session.config)
+    narrowed = narrowed_by(session.config, state.run.families, bool(stopped))
+    return Ending(status=int(session.exitstatus), ended=ended, stopped=stopped and str(stopped),
+                  narrowed_by=tuple(narrowed), nothing_judged=nothing_judged)
 
 
 def _compare_deferred_snapshots(session: pytest.Session, state: RobustnessSession) -> None:
@@ -303,8 +301,8 @@ def _compare_deferred_snapshots(session: pytest.Session, state: RobustnessSessio
     try:
         state.snapshot_outcomes = compare_deferred(state)
     except (HarnessError, OSError, ValueError) as exc:
-        state.run.harness_errors.append(f"comparing the summary snapshot on the controller: {type(exc).__name__}: "
-                                        f"{exc}")
+        state.run.note_harness_error(f"comparing the summary snapshot on the controller: {type(exc).__name__}: "
+                                     f"{exc}")
         return
     for outcome in state.snapshot_outcomes:
         if not outcome.matches and outcome.nodeid:
@@ -337,34 +335,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if state.deferred_snapshots and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         _compare_deferred_snapshots(session, state)
-    run = state.run
     state.tally.judged += len(state.snapshot_outcomes)  # a snapshot compared on the controller judged the run
+    nothing = None
     if session.exitstatus == pytest.ExitCode.OK and not session.config.getoption("benchmark_only", False):
-        state.nothing_judged = state.tally.nothing_judged()
-    if state.reported:
-        stopped = bool(session.shouldstop or session.shouldfail)
-        run.scopes = device_scopes(run, narrowed_by(session.config, run.families, stopped))
-    run.incomplete_reason = incomplete_reason(session, exitstatus, run.harness_errors, run.scopes)
-    if state.nothing_judged is not None:
-        run.incomplete_reason = run.incomplete_reason or state.nothing_judged.message
-        session.exitstatus = state.nothing_judged.status
-    run.scopes = cut_short(run.scopes, run.incomplete_reason)
-    if state.reported:
-        _write_reports(state)
-    if run.harness_errors:
-        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        nothing = state.tally.nothing_judged()
+    state.nothing_judged = nothing
+    outcome = state.run.finish(ending(session, exitstatus, nothing))
+    if state.run.has_reports():
+        outcome = _written(state, outcome)
+    state.outcome = outcome
+    if outcome.exit_status != outcome.caller_status:
+        session.exitstatus = outcome.exit_status
 
 
-def _write_reports(state: RobustnessSession) -> None:
-    """The reports, once the run is sure it still holds --report-dir (under xdist the controller claims it here)."""
-    from laya_robustness.report.folder import write_reports
+def _written(state: RobustnessSession, outcome: RunOutcome) -> RunOutcome:
+    """The reports written, once the run is sure it still holds --report-dir (under xdist the controller claims
+    it here)."""
+    from laya_robustness.report.folder import written_to
 
     try:
         state.claim_report_dir()
     except (UsageError, HarnessError) as exc:
-        state.run.harness_errors.append(f"the reports were not written: {exc}")
-        return
-    state.run.written = write_reports(state.run)
+        return outcome.with_errors([f"the reports were not written: {exc}"])
+    return written_to(outcome, state.run.report_dir)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -73,10 +73,10 @@ def resolve(config: pytest.Config, text: str) -> Path:
 
 def read_settings(config: pytest.Config) -> Settings:
     """Parse every option; a bad value raises pytest.UsageError naming the option (exit 4)."""
-    ray_given = [o.flag for o in OPTIONS if o.flag.startswith("--ray-") and config.getoption(o.dest) is not None]
+    on_command_line = [o.flag for o in OPTIONS if config.getoption(o.dest) is not None]
     try:
         return parse_settings({o.flag: get(config, o.flag) for o in OPTIONS}, root=config.rootpath,
                               cwd=config.invocation_params.dir, model_given=given(config, "--model"),
-                              ray_given=ray_given, xdist_workers=config.getoption("numprocesses", default=None))
+                              given=on_command_line, xdist_workers=config.getoption("numprocesses", default=None))
     except UsageError as exc:
         raise as_pytest(exc) from None

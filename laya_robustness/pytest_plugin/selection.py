@@ -1,6 +1,6 @@
 """What narrowed a gate run, as its report names it: ``--families`` other than the default, the options that select
 tests (``-k``, ``-m``, ``--lf``, ``--deselect``, ``--sw``, test ids), and ``-x`` / ``--maxfail`` when they stopped
-it; and which cells a device's tests judged, for ``laya_robustness.run.scope`` to decide the report's scope."""
+it (``GateRun.scopes`` decides the report's scope from them); and which cells the selected tests will ask for."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 from laya_robustness.pytest_plugin.gate_tests import FAMILY_ATTRIBUTE
 from laya_robustness.pytest_plugin.options import default_of
 from laya_robustness.run.gate_run import GateRun
-from laya_robustness.run.scope import Scope, decide_scope
 
 
 def narrowed_by(config: pytest.Config, families: tuple[str, ...], stopped: bool) -> list[str]:
@@ -31,23 +30,6 @@ def narrowed_by(config: pytest.Config, families: tuple[str, ...], stopped: bool)
     maxfail = getattr(option, "maxfail", 0)
     if stopped and maxfail:
         out.append("-x" if maxfail == 1 else f"--maxfail {maxfail}")
-    return out
-
-
-def device_scopes(run: GateRun, narrowed: list[str]) -> dict[str, Scope]:
-    """The scope of each device that reports: the cells the run asks for (``run.run_cells``), those scored
-    (its records, and ``run.scored``: a cell whose family builds no variant has none) and those its tests
-    judged (``run.judged``); the xdist workers' included."""
-    devices = set(run.records) | set(run.invariance_results) | {d for _, _, d in run.judged}
-    if not devices:
-        return {}
-    asked = run.run_cells()
-    out = {}
-    for device in sorted(devices):
-        scored = {(r.family, r.dataset) for r in run.records.get(device, {}).values()}
-        scored |= {(f, d) for f, d, dev in run.scored if dev == device}  # a family with no variant there too
-        judged = {(f, d) for f, d, dev in run.judged if dev == device}
-        out[device] = decide_scope(asked, scored, judged, narrowed)
     return out
 
 

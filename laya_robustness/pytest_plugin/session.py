@@ -18,6 +18,7 @@ from laya_robustness.run.errors import UsageError
 from laya_robustness.run.gate_run import GateRun, Skipped, decided_nothing
 from laya_robustness.run.judged import JudgedTally, NothingJudged
 from laya_robustness.run.lock import RunIdentity
+from laya_robustness.run.outcome import RunOutcome
 
 GPU_DEVICE = "cuda"
 #: The key of the controller's run identity in an xdist worker's ``workerinput``.
@@ -55,6 +56,7 @@ class RobustnessSession:
         self.check_ids: set[str] = set()
         self.tally = JudgedTally()
         self.nothing_judged: NothingJudged | None = None  # set when the run ends having judged no check
+        self.outcome: RunOutcome | None = None  # what the run ended with (``GateRun.finish``), once it ended
         self._inapplicable = False  # the running check decided nothing: every limit not applicable
 
     # what the gate's tests (and a project's own) read by name
@@ -156,5 +158,5 @@ class RobustnessSession:
     @property
     def reported(self) -> bool:
         """Whether the run has anything to report (records or invariance stats, its xdist workers' included)."""
-        return bool(self.run.records or self.run.invariance_results)
+        return self.run.has_reports()
 

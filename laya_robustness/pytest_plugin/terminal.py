@@ -146,30 +146,33 @@ def problem_lines(verdicts: dict) -> list[str]:
     return lines
 
 
-def verdict_lines(run, device: str, verbose: bool) -> list[str]:
-    """The verdict of one device: what failed or newly passes, the counts, and where the detail is."""
-    verdicts = _verdicts(run.results, device, run.thresholds.known_limitation)
-    summary = run.summaries.get(device) or {}
+def verdict_lines(outcome, device: str, verbose: bool) -> list[str]:
+    """The verdict of one device (``outcome``: the run's ``RunOutcome``): what failed or newly passes, the counts,
+    and where the detail is."""
+    results = outcome.results()
+    verdicts = _verdicts(results, device, outcome.known_limitation)
+    summary = outcome.summaries.get(device) or {}
     lines = [*problem_lines(verdicts), *probability_lines(summary), f"verdicts: {verdict_line(verdicts)}"]
-    power = power_lines(run.results)
+    power = power_lines(results)
     if power and not verbose:
         lines.append(f"{len(power)} interval-judged checks have too few rows to tell a 5-point change from none "
                      "(`pytest -v` lists them)")
     return lines
 
 
-def detail_lines(run) -> list[tuple[str, list[str]]]:
+def detail_lines(outcome) -> list[tuple[str, list[str]]]:
     """The long tables, each under its heading: invariance conditions, every summary block, the power lines."""
-    known = run.thresholds.known_limitation
+    known, results = outcome.known_limitation, outcome.results()
     sections = []
-    for device, conditions in sorted(run.invariance_results.items()):
-        verdicts = invariance_verdicts(_verdicts(run.results, device, known))
-        sections.append((f"invariance ({device}): each condition vs its own path's reference",
-                         invariance_lines(conditions, verdicts)))
-    for device, summary in sorted(run.summaries.items()):
+    for device, report in sorted(outcome.reports.items()):
+        if report.invariance is not None:
+            verdicts = invariance_verdicts(_verdicts(results, device, known))
+            sections.append((f"invariance ({device}): each condition vs its own path's reference",
+                             invariance_lines(report.conditions, verdicts)))
+    for device, summary in sorted(outcome.summaries.items()):
         sections.append((f"robustness gate ({device}): headline [95% CI] per family and dataset, checks",
-                         table_lines(summary, run.results, device, known)))
-    power = power_lines(run.results)
+                         table_lines(summary, results, device, known)))
+    power = power_lines(results)
     if power:
         sections.append(("too few rows to tell a 5-point change from none at the gate's error rate", power))
     return sections
@@ -179,51 +182,54 @@ def write_summary(reporter, session) -> None:
     """The end of a run, verdict last: what each report covers, errors; the long tables only with ``-v``; the
     token counts; the snapshot; where the reports are; then per device the failed and newly passing checks and
     the verdict counts. ``-q`` leaves out the snapshot match and the reports line."""
-    run = session.run
-    for line, complete in scope_lines(run.scopes):
+    outcome = session.outcome
+    for line, complete in scope_lines(outcome.scopes if outcome is not None else {}):
         reporter.write_line(line, green=complete, yellow=not complete)
     if session.start_error is not None:
         reporter.write_line(f"ERROR (exit {session.start_error[0]}, nothing was run): {session.start_error[1]}",
                             red=True)
-    for note in run.lock_notes:
+    if outcome is None:
+        _nothing_judged(reporter, session)
+        return
+    for note in outcome.lock_notes:
         reporter.write_line(f"laya-robustness: {note}")
-    for error in run.harness_errors:
+    for error in outcome.harness_errors:
         reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
-    if not session.reported:
+    if not outcome.reports:
         _nothing_judged(reporter, session)
         return
     verbosity = reporter.config.getoption("verbose", 0)
     if verbosity > 0:
-        for title, lines in detail_lines(run):
+        for title, lines in detail_lines(outcome):
             reporter.write_sep("=", title)
             for line in lines:
                 reporter.write_line(line)
-    for line in token_lines(run.models.scorer_stats()):
+    for line in token_lines(dict(outcome.scorer_stats)):
         reporter.write_line(line)
-    for outcome in session.snapshot_outcomes:
-        if outcome.matches:
+    for snapshot in session.snapshot_outcomes:
+        if snapshot.matches:
             if verbosity >= 0:
-                reporter.write_line(f"summary snapshot ({outcome.device}): matches {outcome.name} ({outcome.where})")
+                reporter.write_line(f"summary snapshot ({snapshot.device}): matches {snapshot.name} ({snapshot.where})")
             continue
-        reporter.write_sep("-", f"summary snapshot ({outcome.device}) DIFFERS from {outcome.name}", red=True)
-        for line in outcome.changes:
+        reporter.write_sep("-", f"summary snapshot ({snapshot.device}) DIFFERS from {snapshot.name}", red=True)
+        for line in snapshot.changes:
             reporter.write_line(f"  {line}", red="BEYOND" in line)
-        for line in outcome.diff.splitlines():
+        for line in snapshot.diff.splitlines():
             reporter.write_line(line)
         reporter.write_line(f"review the change; accept it with `{accept_command(reporter.config)}`")
-    if run.written and verbosity >= 0:
-        reporter.write_line(written_line(run.written))
-    if run.incomplete_reason:
+    if outcome.written and verbosity >= 0:
+        reporter.write_line(written_line(list(outcome.written)))
+    if outcome.incomplete_reason:
         kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
-            if run.kept_previous_report else ""
-        narrowed = sorted({n for s in run.scopes.values() if not s.complete for n in s.narrowed_by
+            if outcome.kept_previous_report else ""
+        narrowed = sorted({n for s in outcome.scopes.values() if not s.complete for n in s.narrowed_by
                            if not n.startswith("--families")})
         advice = f"rerun without {', '.join(narrowed)} to judge every cell (--resume reuses what this run scored)" \
             if narrowed else "rerun with --resume to finish it"
-        reporter.write_line(f"INCOMPLETE RUN: {run.incomplete_reason}{kept}; {advice}", yellow=True)
-    for device in sorted(set(run.summaries) | set(run.invariance_results)):
+        reporter.write_line(f"INCOMPLETE RUN: {outcome.incomplete_reason}{kept}; {advice}", yellow=True)
+    for device in sorted(outcome.reports):
         reporter.write_sep("=", f"robustness gate ({device}): verdict")
-        for line in verdict_lines(run, device, verbosity > 0):
+        for line in verdict_lines(outcome, device, verbosity > 0):
             failing = line.startswith(MARKS[FAIL]) or line.startswith(MARKS[XPASS])
             reporter.write_line(line, red=failing)
     _nothing_judged(reporter, session)

@@ -25,7 +25,6 @@ from typing import Sequence
 
 from xdist.scheduler import LoadScopeScheduling
 
-from laya_robustness.records import Record
 
 #: The key of the gate's payload in a worker's ``workeroutput``.
 PAYLOAD_KEY = "laya_robustness"
@@ -57,33 +56,15 @@ class DatasetScheduling(LoadScopeScheduling):
 
 
 def worker_payload(session) -> str:
-    """What a worker sends the controller, as JSON."""
-    run = session.run
-    return json.dumps({"records": run.records, "results": run.results, "harness": run.harness_errors,
-                       "identities": run.identities, "stats": run.models.scorer_stats(),
-                       "invariance": run.invariance_results,
-                       "scored": sorted(run.scored), "judged": sorted(run.judged),
-                       "snapshots": session.deferred_snapshots, "lock_notes": run.lock_notes,
+    """What a worker sends the controller, as JSON: its run's part (``GateRun.worker_payload``) and its session's."""
+    return json.dumps({**session.run.worker_payload(), "snapshots": session.deferred_snapshots,
                        "start_error": session.start_error, "tally": session.tally.as_dict()})
 
 
 def merge_payload(session, payload: str) -> None:
-    """Add a worker's records (parsed into Records), results, errors, identities and invariance stats."""
-    data, run = json.loads(payload), session.run
-    for device, recs in data["records"].items():
-        run.add_records(device, [Record.parse(rec, f"worker record {row_id}") for row_id, rec in recs.items()])
-    run.results += data["results"]
-    run.harness_errors += [e for e in data["harness"] if e not in run.harness_errors]
-    run.identities.update(data["identities"])
-    for key, counts in data["stats"].items():
-        summed = run.models.worker_stats.setdefault(key, {})
-        for name, value in counts.items():
-            summed[name] = summed.get(name, 0) + value
-    for device, conditions in data["invariance"].items():
-        run.invariance_results.setdefault(device, {}).update(conditions)
-    run.scored.update(tuple(key) for key in data["scored"])
-    run.judged.update(tuple(key) for key in data["judged"])
-    run.lock_notes += [n for n in data["lock_notes"] if n not in run.lock_notes]
+    """Add a worker's run (``GateRun.merge_worker``), its checks' tally, start error and snapshots."""
+    data = json.loads(payload)
+    session.run.merge_worker(data)
     session.tally.merge(data["tally"])
     if data["start_error"] and session.start_error is None:
         session.start_error = tuple(data["start_error"])

@@ -1,64 +1,79 @@
-"""A run's report folder: every report of a ``run.gate_run.GateRun`` (the data files of ``run.reports``, and
-report.html and summary.md per device rendered here), written all or none under their final names, then what a
-complete run no longer needs (stale report files, the journal) removed."""
+"""A run's report folder: every report of a run's outcome (``run.outcome.RunOutcome``: the data files of
+``run.reports``, and report.html and summary.md per device rendered here), written all or none under their final
+names, then what a complete run no longer needs (stale report files, the journal) removed."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from laya_robustness.report.render import REPORT_HTML, SUMMARY_MD, render_report
 from laya_robustness.run.files import write_all
-from laya_robustness.run.gate_run import GateRun
-from laya_robustness.run.reports import data_files, device_report_dir, remove_stale, report_targets
+from laya_robustness.run.journal import JOURNAL_DIR
+from laya_robustness.run.outcome import RunOutcome
+from laya_robustness.run.reports import data_files, remove_stale, report_targets
 
 
-def write_reports(run: GateRun, report_dir: Path | None = None) -> list[Path]:
-    """Write every report of the run in ``report_dir`` (default ``--report-dir``: see the module doc); returns the
-    paths written. A report that cannot be written (a full disk, a read-only folder) is a harness error naming
-    the file, kept in ``run.harness_errors``; the folder keeps the files it had."""
-    files = data_files(run, report_dir)
-    files.update(gate_report_files(run, report_dir))
+@dataclass(frozen=True)
+class Written:
+    """What writing a run's reports did: the paths written, whether the complete report of an earlier run was kept
+    (this run's files then have ``.incomplete`` in their names), and the harness errors it met."""
+
+    paths: tuple[Path, ...]
+    kept_previous_report: bool
+    errors: tuple[str, ...]
+
+
+def write_reports(outcome: RunOutcome, report_dir: Path) -> Written:
+    """Write every report of ``outcome`` in ``report_dir`` (see the module doc). A report that cannot be written
+    (a full disk, a read-only folder) is a harness error naming the file; the folder keeps the files it had."""
+    report_dir = Path(report_dir)
+    files, errors = data_files(outcome, report_dir), []
+    pages, render_errors = gate_report_files(outcome, report_dir)
+    files.update(pages)
+    errors += render_errors
+    targets, kept = report_targets(files, outcome.complete)
     try:
-        written = write_all(report_targets(run, files))
+        written = write_all(targets)
     except OSError as exc:
-        kept = "" if run.settings.journal else " (its journal keeps what was scored: --resume writes them " \
-                                               "without scoring again)"
-        folder = run.report_dir if report_dir is None else report_dir
-        run.harness_errors.append(f"cannot write the reports: {exc}; {folder} keeps the files it had{kept}")
-        return []
-    if run.incomplete_reason is None:
+        journal = "" if outcome.journal_given else " (its journal keeps what was scored: --resume writes them " \
+                                                   "without scoring again)"
+        errors.append(f"cannot write the reports: {exc}; {report_dir} keeps the files it had{journal}")
+        return Written((), kept, tuple(errors))
+    if outcome.complete:
         try:
-            remove_stale(run, set(written), report_dir)
+            remove_stale(report_dir, set(written), outcome.report_dir / JOURNAL_DIR)
         except OSError as exc:
-            run.harness_errors.append(f"cannot remove an earlier run's report file: {exc}")
-    return written
+            errors.append(f"cannot remove an earlier run's report file: {exc}")
+    return Written(tuple(written), kept, tuple(errors))
 
 
-def gate_report_files(run: GateRun, report_dir: Path | None = None) -> dict[Path, str]:
-    """report.html and summary.md beside each device's summary.json (``run.summaries``, made by ``data_files``);
-    the verdicts are the checks the run judged.
+def written_to(outcome: RunOutcome, report_dir: Path) -> RunOutcome:
+    """``outcome`` once its reports are written in ``report_dir`` (what was written, kept and went wrong in it)."""
+    done = write_reports(outcome, report_dir)
+    return outcome.with_written(done.paths, done.kept_previous_report, done.errors)
 
-    A failure while rendering is a harness error (exit 3) kept in ``run.harness_errors``, not a crash: the data
-    files are still written.
+
+def gate_report_files(outcome: RunOutcome, report_dir: Path) -> tuple[dict[Path, str], list[str]]:
+    """report.html and summary.md beside each device's summary.json; the verdicts are the checks the run judged.
+
+    A failure while rendering is a harness error (exit 3) returned beside the pages, not a crash: the data files
+    are still written.
     """
-    def known(family: str, dataset: str, check: str) -> str | None:
-        hit = run.thresholds.known_limitation(family, dataset, check)
-        return hit.reason if hit else None
-
     files: dict[Path, str] = {}
-    for device, summary in sorted(run.summaries.items()):
-        recs = run.records.get(device, {})
-        conditions = run.invariance_results.get(device)
+    errors: list[str] = []
+    for device, report in sorted(outcome.reports.items()):
+        if report.summary is None:
+            continue
+        conditions = report.conditions
         try:
             page, comment = render_report(
-                summary, [recs[k] for k in sorted(recs)], known=known, source_rows=run.rows,
-                results=[r for r in run.results if r.get("device") == device],
+                report.summary, list(report.records), known=outcome.known_limitation,
+                source_rows=dict(outcome.source_rows), results=report.results,
                 invariance={"conditions": conditions} if conditions else None)
         except Exception as exc:  # a bug of the report is the harness's: say so, keep the run's other reports
-            message = f"writing report.html / summary.md for {device} failed: {type(exc).__name__}: {exc}"
-            if message not in run.harness_errors:
-                run.harness_errors.append(message)
+            errors.append(f"writing report.html / summary.md for {device} failed: {type(exc).__name__}: {exc}")
             continue
-        out = device_report_dir(run, device, report_dir)
+        out = report_dir / report.folder if report.folder else report_dir
         files[out / REPORT_HTML], files[out / SUMMARY_MD] = page, comment
-    return files
+    return files, errors

@@ -28,8 +28,12 @@ from laya_robustness.run.inputs import RunInputs
 from laya_robustness.run.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
 from laya_robustness.run.journal import JOURNAL_DIR, open_journal
 from laya_robustness.run.lock import Lease, RunIdentity, claim_or_say_why, release
+from laya_robustness.run.meta import RunFacts, invariance_meta, run_meta
 from laya_robustness.run.models import identity_key
+from laya_robustness.run.outcome import DeviceReport, Ending, RunOutcome, incomplete_reason
 from laya_robustness.run.planned import PlannedCells
+from laya_robustness.run.reports import device_folders, device_report
+from laya_robustness.run.scope import Scope, cut_short, decide_scope
 from laya_robustness.run.scorers import RunScorers, served_without_dual
 from laya_robustness.summary import CellCache, family_cell, summarize
 
@@ -108,44 +112,46 @@ class GateRun:
     def __init__(self, settings, *, root: Path, run: RunIdentity | None = None, worker: str | None = None,
                  progress: Progress | None = None, model_object=None, processor=None, inputs: RunInputs | None = None,
                  variants: dict | None = None):
-        self.settings, self.root = settings, Path(root)
-        self.run_identity, self.worker = run or RunIdentity.this_process(), worker
-        self.progress: Progress = progress or (lambda device, label, total: Quiet())
-        self.harness_errors: list[str] = []
-        self.models = RunScorers(settings, self.root, self.harness_errors, model_object, processor)
-        self.inputs = inputs or RunInputs(settings, self.models.probes_captions(settings.families))
-        self.variants = variants  # (family, dataset) -> its rows, kept for a later run (None: none kept)
-        self.kept_freed_memory = False  # whether malloc keeps freed memory (scoring.malloc), set by the caller
-        self.lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
+        self._settings, self._root = settings, Path(root)
+        self._run_identity, self._worker = run or RunIdentity.this_process(), worker
+        self._progress: Progress = progress or (lambda device, label, total: Quiet())
+        self._harness_errors: list[str] = []
+        self._models = RunScorers(settings, self._root, self._harness_errors, model_object, processor)
+        self._inputs = inputs or RunInputs(settings, self._models.probes_captions(settings.families))
+        self._variants = variants  # (family, dataset) -> its rows, kept for a later run (None: none kept)
+        self._kept_freed_memory = False  # whether malloc keeps freed memory (scoring.malloc), set by the caller
+        self._lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
         self._lease: Lease | None = None
-        self.scored: set[tuple[str, str, str]] = set()  # (family, dataset, device) scored in this process
-        self.records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
+        self._scored: set[tuple[str, str, str]] = set()  # (family, dataset, device) scored in this process
+        self._records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
         self._cell_records: dict[tuple, list[Record]] = {}  # (device, family, dataset) -> its records, once scored
-        self.results: list[dict] = []  # check results of this process
-        self.judged: set[tuple[str, str, str]] = set()  # (family, dataset, device) whose check reached a verdict
-        self.scopes: dict = {}  # device -> run.scope.Scope of its report, decided when the run ends
-        self.summaries: dict[str, dict] = {}  # device -> summary.json, once made
+        self._results: list[dict] = []  # check results of this process
+        self._judged: set[tuple[str, str, str]] = set()  # (family, dataset, device) whose check reached a verdict
         self._invariance: dict[str, object] = {}
         self._journals: dict[str, object] = {}
-        self.cells_of = PlannedCells(self)  # each cell's rows and scoring; the planned ones streamed where they can
+        self._cells_of = PlannedCells(self)  # each cell's rows and scoring; the planned ones streamed where they can
         self._n_interval_checks: int | None = None
         self._summary_cache: dict[str, tuple] = {}  # device -> (records key, summary): see records_summary
-        self.cells = CellCache()  # the summary cells computed so far, shared by the checks and the summary
-        self.invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
-        self.written: list = []
-        self.incomplete_reason: str | None = None  # set when the run ends
-        self.kept_previous_report = False
+        self._cells = CellCache()  # the summary cells computed so far, shared by the checks and the summary
+        self._invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
 
-    # what the reports and the adapters read by name
-    seed = property(lambda self: self.settings.seed)
-    families = property(lambda self: self.settings.families)
-    report_dir = property(lambda self: self.settings.report_dir)
-    rows = property(lambda self: self.inputs.rows)
-    datasets = property(lambda self: self.inputs.datasets)
-    caption_rows = property(lambda self: self.inputs.caption_rows)
-    thresholds = property(lambda self: self.inputs.thresholds)
-    identities = property(lambda self: self.models.identities)
-    model_name = property(lambda self: self.models.model_name)
+    # what the adapters read of the run: its configuration, read-only (its state only through the methods below)
+    settings = property(lambda self: self._settings)
+    root = property(lambda self: self._root)
+    run_identity = property(lambda self: self._run_identity)
+    models = property(lambda self: self._models, doc="The run's scorers (``run.scorers.RunScorers``).")
+    inputs = property(lambda self: self._inputs, doc="The run's rows, limits and baseline (``run.inputs.RunInputs``).")
+    variants = property(lambda self: self._variants)
+    kept_freed_memory = property(lambda self: self._kept_freed_memory)
+    seed = property(lambda self: self._settings.seed)
+    families = property(lambda self: self._settings.families)
+    report_dir = property(lambda self: self._settings.report_dir)
+    rows = property(lambda self: self._inputs.rows)
+    datasets = property(lambda self: self._inputs.datasets)
+    caption_rows = property(lambda self: self._inputs.caption_rows)
+    thresholds = property(lambda self: self._inputs.thresholds)
+    identities = property(lambda self: self._models.identities)
+    model_name = property(lambda self: self._models.model_name)
 
     def rows_of(self, family: str) -> dict:
         """The source rows a family is built from, by dataset (question rows or caption rows)."""
@@ -153,7 +159,7 @@ class GateRun:
 
     def validate_inputs(self) -> None:
         """Read the rows, the limits and the --baseline now: their errors are usage errors before any work starts."""
-        self.inputs.validate()
+        self._inputs.validate()
 
     # -- the report folder ----------------------------------------------------------------------
 
@@ -161,30 +167,30 @@ class GateRun:
         """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.lock``), renewing its lease
         while the process runs; ``on_wait(holder)`` is told when another run holds it and this one waits. Raises
         ``UsageError`` (another run holds it, or it cannot be written) or ``HarnessError`` (a full disk)."""
-        held = claim_or_say_why(self.report_dir, self.run_identity, wait_s=self.settings.report_dir_wait,
+        held = claim_or_say_why(self.report_dir, self._run_identity, wait_s=self._settings.report_dir_wait,
                                 on_wait=on_wait, instead=f"--report-dir {self.report_dir}-2 (or wait for it: "
                                                          "--report-dir-wait 600)")
         if held.waited_for is not None:
-            self.lock_notes.append(f"waited for the run that held {self.report_dir} to end "
+            self._lock_notes.append(f"waited for the run that held {self.report_dir} to end "
                                    f"({held.waited_for.describe()})")
         if held.previous is not None:
-            self.lock_notes.append(f"took over the lock of {self.report_dir} from a run that is gone "
+            self._lock_notes.append(f"took over the lock of {self.report_dir} from a run that is gone "
                                    f"({held.previous.describe()})")
         if self._lease is None:
-            self._lease = Lease(self.report_dir, self.run_identity)
+            self._lease = Lease(self.report_dir, self._run_identity)
 
     def release_report_dir(self) -> None:
         """Stop renewing the lock; the run's main process (not an xdist worker) also removes it."""
         if self._lease is not None:
             self._lease.stop()
-        if self.worker is None:
-            release(self.report_dir, self.run_identity)
+        if self._worker is None:
+            release(self.report_dir, self._run_identity)
 
     def close(self) -> None:
         """Release the report folder and stop the run's Ray actors."""
-        self.cells_of.close()
+        self._cells_of.close()
         self.release_report_dir()
-        self.models.close()
+        self._models.close()
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -196,31 +202,31 @@ class GateRun:
 
     def plan(self, cells: Sequence[tuple[str, str, str]]) -> None:
         """The (family, dataset, device) cells the caller's checks will ask for, in order (``run.planned``)."""
-        self.cells_of.plan(cells)
+        self._cells_of.plan(cells)
 
     def journal(self, device: str, source: str):
         """The journal this process appends ``source`` records of ``device`` to (``run.journal``)."""
         key = identity_key(device, source)
         if key not in self._journals:
-            identity, s = self.models.identity(device, source), self.settings
-            self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, self.worker,
+            identity, s = self._models.identity(device, source), self._settings
+            self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, self._worker,
                                                identity, journaled_settings(s, source), resume=s.resume,
-                                               run=self.run_identity.token)
+                                               run=self._run_identity.token)
         return self._journals[key]
 
     def _score(self, family: str, dataset: str, device: str) -> None:
         """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored (in the
         run's stream where the executor streams); with --resume the rows an earlier run journaled are reused."""
         key = (family, dataset, device)
-        if key in self.scored:
+        if key in self._scored:
             return
-        source, models = self.source_of(family, dataset), self.models
+        source, models = self.source_of(family, dataset), self._models
         executor = models.executor(device, source)
-        scorer = None if models.uses_ray else models.scorer(device, source)  # on Ray, the actors hold the scorers
-        progress = lambda total: self.progress(device, f"{family}/{dataset}", total)  # noqa: E731
-        stream, work = self.cells_of.stream(device, source, executor), None
+        scorer = None if models.run_executor.holds_scorers else models.scorer(device, source)  # none loaded here
+        progress = lambda total: self._progress(device, f"{family}/{dataset}", total)  # noqa: E731
+        stream, work = self._cells_of.stream(device, source, executor), None
         if stream is None:
-            work = self.cells_of.work(self.cells_of.rows(family, dataset, executor), self.journal(device, source),
+            work = self._cells_of.work(self._cells_of.rows(family, dataset, executor), self.journal(device, source),
                                       executor, scorer)
         try:
             cell = stream.records(key, progress)[1] if work is None else work.score(executor, progress)
@@ -231,11 +237,11 @@ class GateRun:
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
             raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {self.model_name!r} "
                                        f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
-        store = self.records.setdefault(device, {})
+        store = self._records.setdefault(device, {})
         for rec in cell:
             store[rec.row_id] = rec
         self._cell_records[(device, family, dataset)] = cell
-        self.scored.add(key)
+        self._scored.add(key)
 
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
         """The orig and ``family`` records of one dataset on one device (scored once per process)."""
@@ -248,7 +254,7 @@ class GateRun:
         """The records of one cell: as scoring stored them, else (records merged from xdist workers) found."""
         key = (device, family, dataset)
         if key not in self._cell_records:
-            self._cell_records[key] = [r for r in self.records.get(device, {}).values()
+            self._cell_records[key] = [r for r in self._records.get(device, {}).values()
                                        if r.family == family and r.dataset == dataset]
         return self._cell_records[key]
 
@@ -258,7 +264,7 @@ class GateRun:
 
     def add_records(self, device: str, records: Sequence[Record]) -> None:
         """Records scored elsewhere (an xdist worker's), each cell they touch found again when asked."""
-        store = self.records.setdefault(device, {})
+        store = self._records.setdefault(device, {})
         for record in records:
             store[record.row_id] = record
             self.forget_cell(device, record.family, record.dataset)
@@ -269,27 +275,27 @@ class GateRun:
         """Evaluate every limit of (family, dataset): its verdict, or ``Skipped`` with the reason."""
         if family != ORIG and family not in self.families:
             raise Skipped(f"{family} is not in --families ({','.join(self.families)})")
-        reason = self.models.skip_reason(family)
+        reason = self._models.skip_reason(family)
         if reason:
             raise Skipped(reason)
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
-            self.judged.add((family, dataset, device))  # nothing to judge
+            self._judged.add((family, dataset, device))  # nothing to judge
             raise Skipped(f"{family} builds no variant of any {dataset} row: {get_family(family).when_empty}")
-        cell = family_cell(records, family, dataset, seed=self.seed, cache=self.cells)
+        cell = family_cell(records, family, dataset, seed=self.seed, cache=self._cells)
         if not limits:
-            self.judged.add((family, dataset, device))
+            self._judged.add((family, dataset, device))
             raise Skipped(f"scored; the limits set none for {family} on {dataset}")
         results = evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
-        self.judged.add((family, dataset, device))
+        self._judged.add((family, dataset, device))
         have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:
             limitation = self.thresholds.known_limitation(family, dataset, check)
             return limitation.reason if limitation else None
 
-        self.results += [{**asdict(r), "device": device, "n_rows_have": have, "known": known(r.check) is not None}
+        self._results += [{**asdict(r), "device": device, "n_rows_have": have, "known": known(r.check) is not None}
                          for r in results]
         return CellCheck(family, dataset, cell_verdict(results, known), records,
                          (self.thresholds.path, *self.thresholds.overlays))
@@ -302,16 +308,16 @@ class GateRun:
     def invariance(self, condition: str, device: str, source: str = "rows") -> dict:
         """The stats of one invariance condition of the ``source`` model on ``device`` (references computed
         once per process). The dual encoder is checked on caption rows, under the conditions it can take."""
-        models = self.models
+        models = self._models
         reason = invariance_skip_reason(models, condition, source)
         if reason:
             raise Skipped(reason)
         key = identity_key(device, source)
         if key not in self._invariance:
             rows = _invariance_rows(self.caption_rows if source == "captions" else self.rows,
-                                    self.settings.invariance_rows, condition, source)
-            self._invariance[key] = models.invariance_run(device, source, rows, self.settings.batch_size,
-                                                          self.settings.temperatures)
+                                    self._settings.invariance_rows, condition, source)
+            self._invariance[key] = models.invariance_run(device, source, rows, self._settings.batch_size,
+                                                          self._settings.temperatures)
         try:
             stats = self._invariance[key].run(condition)
         except ConditionNotSupported as exc:
@@ -319,7 +325,7 @@ class GateRun:
         except Exception as exc:
             raise models.harness_error(f"invariance condition {condition} on {device} with model "
                                        f"{self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
-        self.invariance_results.setdefault(device, {})[reported_condition(condition, source)] = stats
+        self._invariance_results.setdefault(device, {})[reported_condition(condition, source)] = stats
         return stats
 
     def check_invariance(self, condition: str, device: str, source: str = "rows") -> InvarianceCheck:
@@ -331,15 +337,15 @@ class GateRun:
             raise Skipped(f"scored; the limits set none in [invariance.{section}]")
         results = evaluate_invariance(condition, stats, limits)
         results = [replace(r, dataset=reported_condition(condition, source)) for r in results]
-        self.results += [{**asdict(r), "device": device} for r in results]
+        self._results += [{**asdict(r), "device": device} for r in results]
         return InvarianceCheck(reported_condition(condition, source), results, stats)
 
     def run_cells(self) -> list[tuple[str, str]]:
         """Every (family, dataset) cell the run's family checks evaluate: orig on the question sets, and each
         selected family that can run on every dataset of its source."""
-        cells = [] if self.models.model_is_dual else [(ORIG, d) for d in self.datasets]
+        cells = [] if self._models.model_is_dual else [(ORIG, d) for d in self.datasets]
         for family in self.families:
-            if not self.models.skip_reason(family):
+            if not self._models.skip_reason(family):
                 cells += [(family, d) for d in self.rows_of(family)]
         return cells
 
@@ -350,7 +356,7 @@ class GateRun:
         if self._n_interval_checks is None:
             t = self.thresholds
             m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
-            if self.settings.baseline is not None and t.gate.judge == "interval":
+            if self._settings.baseline is not None and t.gate.judge == "interval":
                 m += sum(len(regression_limits(t.gate, f)) for f in {f for f, _ in self.run_cells()})
             self._n_interval_checks = m
         return self._n_interval_checks
@@ -363,13 +369,133 @@ class GateRun:
         datasets = [d for f, d in self.run_cells() if f == family]
         # the family's records with the orig rows they pair with (a block cell such as lgip's needs them)
         records = [r for d in datasets for r in self.family_records(family, d, device)]
-        summary = summarize(records, seed=self.seed, baseline=self.inputs.baseline_records, cache=self.cells)
+        summary = summarize(records, seed=self.seed, baseline=self._inputs.baseline_records, cache=self._cells)
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
         limits = _regression_limits(self.thresholds.gate, family, cell)
         judge = Judgement(lambda check: self.thresholds.gate.judge, self.thresholds.gate.alpha_each(self.n_interval_checks))
         results = evaluate_cell(family, ALL, cell, limits, judge)
-        self.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
+        self._results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
         return RegressionCheck(family, results, cell)
+
+    # -- what this process holds, for the adapters ---------------------------------------------------
+
+    def set_kept_freed_memory(self, kept: bool) -> None:
+        """Whether malloc keeps freed memory in this process (``scoring.malloc``): variant images are then given
+        back as soon as no row needs them."""
+        self._kept_freed_memory = kept
+
+    def is_scored(self, family: str, dataset: str, device: str) -> bool:
+        """Whether (family, dataset, device) was scored in this process (or by an xdist worker whose records were
+        merged)."""
+        return (family, dataset, device) in self._scored
+
+    def has_reports(self) -> bool:
+        """Whether the run has anything to report: records or invariance stats (its xdist workers' included)."""
+        return bool(self._records or self._invariance_results)
+
+    def note_harness_error(self, message: str) -> None:
+        """A harness error (exit 3) met outside the run's own work (comparing a snapshot, claiming the report
+        folder at the end), kept with the run's."""
+        if message not in self._harness_errors:
+            self._harness_errors.append(message)
+
+    def worker_payload(self) -> dict:
+        """What this process (an xdist worker) hands the controller's run (``merge_worker``), JSON-ready."""
+        return {"records": self._records, "results": self._results, "harness": self._harness_errors,
+                "identities": self.identities, "stats": self._models.scorer_stats(),
+                "invariance": self._invariance_results, "scored": sorted(self._scored),
+                "judged": sorted(self._judged), "lock_notes": self._lock_notes}
+
+    def merge_worker(self, data: dict) -> None:
+        """Add what an xdist worker's run did (``worker_payload``, parsed from JSON): its records, check results,
+        harness errors, scorer identities and counters, invariance stats, cells scored and judged, lock notes."""
+        for device, recs in data["records"].items():
+            self.add_records(device, [Record.parse(rec, f"worker record {row_id}") for row_id, rec in recs.items()])
+        self._results += data["results"]
+        self._harness_errors += [e for e in data["harness"] if e not in self._harness_errors]
+        self.identities.update(data["identities"])
+        for key, counts in data["stats"].items():
+            summed = self._models.worker_stats.setdefault(key, {})
+            for name, value in counts.items():
+                summed[name] = summed.get(name, 0) + value
+        for device, conditions in data["invariance"].items():
+            self._invariance_results.setdefault(device, {}).update(conditions)
+        self._scored.update(tuple(key) for key in data["scored"])
+        self._judged.update(tuple(key) for key in data["judged"])
+        self._lock_notes += [n for n in data["lock_notes"] if n not in self._lock_notes]
+
+    # -- the end of the run -----------------------------------------------------------------------------
+
+    def scopes(self, narrowed_by: Sequence[str] = ()) -> dict[str, Scope]:
+        """The scope of each device that reports (``run.scope``): the cells the run asks for (``run_cells``), those
+        scored (its records, and a cell whose family builds no variant there) and those its checks judged, the
+        xdist workers' included; ``narrowed_by``: the options that narrowed the selection."""
+        devices = set(self._records) | set(self._invariance_results) | {d for _, _, d in self._judged}
+        if not devices:
+            return {}
+        asked, out = self.run_cells(), {}
+        for device in sorted(devices):
+            scored = {(r.family, r.dataset) for r in self._records.get(device, {}).values()}
+            scored |= {(f, d) for f, d, dev in self._scored if dev == device}
+            judged = {(f, d) for f, d, dev in self._judged if dev == device}
+            out[device] = decide_scope(asked, scored, judged, narrowed_by)
+        return out
+
+    def finish(self, ending: Ending) -> RunOutcome:
+        """What the run ends with (``run.outcome.RunOutcome``), given how the caller's side of it ended: its
+        scope, why it is incomplete (if it is), each device's reports and the exit status."""
+        scopes = self.scopes(ending.narrowed_by) if self.has_reports() else {}
+        reason = incomplete_reason(ending, self._harness_errors, scopes)
+        scopes = cut_short(scopes, reason)
+        reports = self._device_reports(reason, scopes) if self.has_reports() else {}
+        known = {}
+        for r in self._results:
+            hit = self.thresholds.known_limitation(r["family"], r["dataset"], r["check"])
+            if hit is not None:
+                known[(r["family"], r["dataset"], r["check"])] = hit.reason
+        return RunOutcome.decided(
+            ending, reports=reports, scopes=scopes, incomplete_reason=reason,
+            harness_errors=tuple(self._harness_errors), lock_notes=tuple(self._lock_notes), known=known,
+            source_rows=self.rows if reports else {}, report_dir=Path(self.report_dir),
+            journal_given=bool(self._settings.journal), scorer_stats=self._models.scorer_stats())
+
+    def _device_reports(self, reason: str | None, scopes: dict) -> dict[str, DeviceReport]:
+        """Each device's reports (``run.reports.device_report``), its summary's meta saying what it covers."""
+        facts = self._facts()
+        folders = device_folders(set(self._records) | set(self._invariance_results))
+        out = {}
+        for device, folder in folders.items():
+            records = self._records.get(device, {})
+            conditions = self._invariance_results.get(device)
+            meta = {**run_meta(facts, device), "complete": reason is None}
+            if reason is not None:
+                meta["incomplete_reason"] = reason
+            if device in scopes:
+                meta["scope"] = scopes[device].meta()
+            checks_meta = {"device": device, "complete": reason is None,
+                           "interval_checks": self.n_interval_checks if records else None,
+                           "alpha": self.thresholds.gate.alpha if records else None}
+            out[device] = device_report(
+                device, folder, records, [r for r in self._results if r["device"] == device], conditions,
+                summary=self._summary(device, records, meta) if records else None, checks_meta=checks_meta,
+                invariance_meta=invariance_meta(facts, device, conditions) if conditions is not None else None)
+        return out
+
+    def _summary(self, device: str, records: dict, meta: dict) -> dict:
+        """summary.json of one device: the snapshot's summary when no --baseline or ECE floor adds to it."""
+        s = self._settings
+        if s.baseline is None and not s.ece_floor_sims:
+            return {**self.records_summary(device), "meta": meta}
+        baseline = self._inputs.baseline_records if s.baseline is not None else None
+        return summarize([records[k] for k in sorted(records)], meta=meta, seed=self.seed,
+                         ece_floor_sims=s.ece_floor_sims, baseline=baseline)
+
+    def _facts(self) -> RunFacts:
+        """What the reports' meta blocks say of this run (``run.meta.RunFacts``)."""
+        devices = set(self._records) | set(self._invariance_results)
+        return RunFacts(self._settings, self.rows, self.caption_rows, self._inputs.spec.inputs_meta(),
+                        dict(self.identities), self.model_name, self._root,
+                        {device: self._models.executor_meta(device) for device in devices})
 
     # -- summaries ------------------------------------------------------------------------------
 
@@ -383,10 +509,10 @@ class GateRun:
     def records_summary(self, device: str) -> dict:
         """``summarize`` of every record of ``device`` held now (no meta, no floor, no baseline), computed
         once per set of records: the snapshot and the reports share it."""
-        records = self.records.get(device, {})
+        records = self._records.get(device, {})
         key = (device, len(records), hash(tuple(sorted(records))))
         if self._summary_cache.get(device, (None,))[0] != key:
-            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self.cells))
+            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self._cells))
         return self._summary_cache[device][1]
 
 

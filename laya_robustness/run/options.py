@@ -23,14 +23,14 @@ from laya_robustness.families import default_families, family_names
 from laya_robustness.gate.limits import resolve_limitations
 from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
 from laya_robustness.run.errors import UsageError
-from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, parse_ray_address, ray_installed
+from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, parse_ray_address
+from laya_robustness.run.executors.registry import executor_entry, executor_names
 from laya_robustness.scoring.factory import SERVED_SCORER
 from laya_robustness.scoring.served import endpoint_parts
 
 PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
 SCORING_PATHS = ("batch", "predict")
 PRECISIONS = ("auto", "fp32", "bf16")
-EXECUTORS = ("local", "ray")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 _PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -58,6 +58,11 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+def parse_executor(text: str) -> str:
+    """A registered executor's name (``run.executors.registry``)."""
+    return _choice(executor_names())(text)
 
 
 def _text(text: str) -> str:
@@ -258,7 +263,7 @@ OPTIONS = (
            "aspect kept), as the stability study does; 0 keeps every size", _int(0)),
     Option("--executor", "local", "where rows are scored: local (this process, or each xdist worker) or ray (a pool "
            f"of Ray actors, each loading the model once; needs the cluster extra: {INSTALL_HINT})",
-           _choice(EXECUTORS)),
+           parse_executor),
     Option("--ray-address", "local", "the Ray cluster of --executor ray: local (started on this machine for the run), "
            "auto (the cluster this machine belongs to, or RAY_ADDRESS), the head's host:port, or ray://host:port",
            parse_ray_address),
@@ -355,20 +360,20 @@ def checkpoint(text: str, bases: tuple[Path, ...]) -> str:
     return text
 
 
-def check_executor(values: Mapping[str, Any], ray_given: Collection[str], xdist_workers: object) -> None:
-    """--executor ray needs Ray and no xdist; a --ray-* option given (``ray_given``: their flags) needs --executor
-    ray (each a usage error; set in the ini file, they wait for a run that uses Ray)."""
-    if values["executor"] == "local":
-        for opt in OPTIONS:
-            if opt.flag.startswith("--ray-") and opt.flag in ray_given:
-                raise bad_value(opt.flag, "only --executor ray uses it (the executor is local)",
-                                f"--executor ray {opt.typed()}")
-        return
-    if not ray_installed():
-        raise UsageError(f"--executor ray: Ray is not installed; {INSTALL_HINT}", "--executor")
-    if xdist_workers not in (None, 0, "0"):
-        raise UsageError(f"--executor ray: the Ray actors spread the scoring; it cannot run with xdist (-n "
-                         f"{xdist_workers}): drop -n", "--executor")
+def check_executor(values: Mapping[str, Any], given: Collection[str], xdist_workers: object) -> None:
+    """An option only another executor uses, given (``given``: the flags set on the command line or as arguments;
+    set in the ini file, they wait for a run that uses their executor), is a usage error naming it; then the chosen
+    executor checks the values and xdist (``registry.ExecutorEntry.check``: --executor ray needs Ray and no
+    xdist)."""
+    chosen = values["executor"]
+    entry = executor_entry(chosen)
+    for name in executor_names():
+        for flag in executor_entry(name).options:
+            if flag in given and flag not in entry.options:
+                raise bad_value(flag, f"only --executor {name} uses it (the executor is {chosen})",
+                                f"--executor {name} {option(flag).typed()}")
+    if entry.check is not None:
+        entry.check(values, xdist_workers)
 
 
 def check_served(values: dict) -> None:
@@ -379,11 +384,12 @@ def check_served(values: dict) -> None:
 
 
 def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = None, model_given: bool = True,
-                   ray_given: Collection[str] = (), xdist_workers: object = None) -> Settings:
+                   given: Collection[str] = (), xdist_workers: object = None) -> Settings:
     """Parse every option from its raw text (``raw``: flag -> text; a flag left out takes its default); a bad
     value raises UsageError naming the option. Relative paths are resolved against ``root``; a relative model
     directory against ``root``, then ``cwd``. ``model_given``: ``--model`` was set (a served model left without
-    one is the endpoint's only model)."""
+    one is the endpoint's only model); ``given``: the flags that were set on the command line or as arguments
+    (an executor's own options given to another: ``check_executor``); ``xdist_workers``: ``-n``."""
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         text = raw.get(opt.flag, opt.default)
@@ -391,7 +397,7 @@ def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = Non
             values[opt.field] = opt.parse(text)
         except ValueError as exc:
             raise bad_value(opt.flag, exc) from None
-    check_executor(values, ray_given, xdist_workers)
+    check_executor(values, given, xdist_workers)
     resolve = lambda text: resolved(root, text)  # noqa: E731
     bases = (root, cwd or Path.cwd())
     model_name = values.pop("model")

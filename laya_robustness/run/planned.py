@@ -1,6 +1,6 @@
 """A run's cells on their way to being scored: the rows each (family, dataset) scores, the ``run.cells.CellWork``
-that scores them, and the cells the run's checks will ask for (``plan``), scored as one stream where the executor
-streams (a Ray pool: ``run.executors.ray_stream``)."""
+that scores them, and the cells the run's checks will ask for (``plan``), scored as one stream where the run's
+executor streams (``run.executors.base.Executor.streams``: a Ray pool, ``run.executors.ray_stream``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Sequence
 from laya_robustness.families import get_family
 from laya_robustness.records import ORIG
 from laya_robustness.run.cells import CellPlan, CellWork
-from laya_robustness.run.executors.ray_stream import stream_of
 from laya_robustness.run.scoring import consecutive_chunk_rows, scoring_chunks
 from laya_robustness.run.variants import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
@@ -21,7 +20,7 @@ class PlannedCells:
     def __init__(self, run):
         self.run = run
         self.planned: list[tuple[str, str, str]] = []
-        self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its RayStream, or None
+        self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its stream (a RayStream), or None
 
     def source_rows(self, family: str, dataset: str) -> list:
         """The source rows of ``family`` on ``dataset`` (question rows, or caption rows)."""
@@ -30,12 +29,14 @@ class PlannedCells:
 
     def rows(self, family: str, dataset: str, executor=None):
         """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
-        family allows (``run.variants``); built by ``executor`` where it builds them (a Ray pool: on its actors)."""
+        family allows (``run.variants``); built by the chunk ``executor`` where the run's executor
+        ``builds_variants`` (a Ray pool: on its actors)."""
         run = self.run
         if run.variants is not None and (family, dataset) in run.variants:
             return run.variants[(family, dataset)]
         source = self.source_rows(family, dataset)
-        if family != ORIG and hasattr(executor, "variants") and builds_on_executor(family):
+        builds_there = executor is not None and run.models.run_executor.builds_variants
+        if family != ORIG and builds_there and builds_on_executor(family):
             rows = adopt(executor.variants(family, source, run.settings.seed), source, run.inputs.images)
         else:
             rows = family_variants(family, source, run.settings.seed, run.inputs.images)
@@ -63,13 +64,17 @@ class PlannedCells:
         self.planned = list(dict.fromkeys(planned))
 
     def stream(self, device: str, source: str, executor):
-        """The stream of the ``source`` cells planned on ``device`` and not scored yet: None where the executor
-        scores in this process, or where the run keeps its rows for a later run (a model gated as it trains)."""
+        """The stream of the ``source`` cells planned on ``device`` and not scored yet (``Executor.stream``; the
+        chunk ``executor`` lets their images go): None where the run's executor does not stream (it scores its
+        cells one after another), or where the run keeps its rows for a later run (a model gated as it trains)."""
         run = self.run
         if (device, source) not in self.streams and run.variants is None:
-            keys = [c for c in self.planned if c[2] == device and run.source_of(c[0], c[1]) == source
-                    and c not in run.scored]
-            self.streams[(device, source)] = stream_of(executor, keys, lambda key: self._cell_plan(key, executor))
+            runs_on, stream = run.models.run_executor, None
+            if runs_on.streams:
+                keys = [c for c in self.planned if c[2] == device and run.source_of(c[0], c[1]) == source
+                        and not run.is_scored(*c)]
+                stream = runs_on.stream(device, source, keys, lambda key: self._cell_plan(key, executor))
+            self.streams[(device, source)] = stream
         return self.streams.get((device, source))
 
     def _cell_plan(self, key: tuple[str, str, str], executor) -> CellPlan:

@@ -1,15 +1,15 @@
 """A run's scorers: the question model and the dual encoder its caption families probe, loaded once per device in
-this process or held by a pool of Ray actors per device (``--executor ray``), with their identities and counters;
-which families and conditions they cannot take, and why."""
+this process or held where its executor scores (``--executor``, ``run.executors``: a pool of Ray actors per device),
+with their identities and counters; which families and conditions they cannot take, and why."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from laya_robustness.run.errors import HarnessError, stops_run
+from laya_robustness.run.executors.registry import make_executor
 from laya_robustness.run.models import (
     DUAL_ENCODER_TYPES,
-    expected_weights,
     identity_key,
     is_dual_encoder,
     load_source_scorer,
@@ -27,9 +27,9 @@ def served_without_dual(what: str) -> str:
 class RunScorers:
     """A run's models and where they score: the question model (``settings.model``, or ``model_object`` loaded in
     memory with its ``processor``) and the dual encoder its caption families probe, each loaded once per device
-    in this process, or held by a pool of Ray actors per device (``--executor ray``). A failed load is remembered
-    and not retried; its message goes to ``errors`` (the run's harness errors). ``root``: where the embedded
-    default lives (the project root)."""
+    in this process, or held where ``run_executor`` scores (``--executor``: a pool of Ray actors per device), to
+    which the scoring is delegated. A failed load is remembered and not retried; its message goes to ``errors``
+    (the run's harness errors). ``root``: where the embedded default lives (the project root)."""
 
     def __init__(self, settings, root: Path, errors: list[str], model_object=None, processor=None):
         self.settings, self.root, self.errors = settings, Path(root), errors
@@ -41,8 +41,7 @@ class RunScorers:
         self._load_errors: dict[str, tuple[str, bool]] = {}  # identity key -> why its scorer could not load, fatal?
         self.identities: dict[str, dict] = {}  # identity key -> the loaded scorer's identity (also from workers)
         self.worker_stats: dict[str, dict] = {}  # identity key -> the xdist workers' scorer counters, summed
-        self.cluster = None  # --executor ray: the Ray cluster (run.executors.ray_cluster.Cluster), once connected
-        self._pools: dict[str, object] = {}  # device -> its RayActorPool (--executor ray)
+        self.run_executor = make_executor(settings.executor, self)  # where the rows are scored (--executor)
 
     # -- which models --------------------------------------------------------------------------------
 
@@ -135,7 +134,7 @@ class RunScorers:
                                precision=s.precision, batch_size=s.batch_size,
                                attn_implementation=s.attn_implementation, feature_cache_bytes=s.feature_cache_mb << 20,
                                pixel_cache_bytes=s.pixel_cache_mb << 20, prefix_cache_bytes=s.prefix_cache_mb << 20)
-        model = self.dual_model if source == "captions" else self.settings.model
+        model = self.source_model(source)
         return load_source_scorer(self.settings, model, device, dual=source == "captions" or self.model_is_dual)
 
     def scorer(self, device: str, source: str = "rows"):
@@ -147,8 +146,7 @@ class RunScorers:
             try:
                 scorer = self._load(device, source)
             except Exception as exc:  # any failure to load is the harness's, not the gate's
-                model = self.dual_model if source == "captions" else self.settings.model
-                raise self._load_failed(key, model, device, exc) from exc
+                raise self._load_failed(key, self.source_model(source), device, exc) from exc
             self._scorers[key] = scorer
             self.identities[key] = dict(getattr(scorer, "identity", {}))
         return self._scorers[key]
@@ -184,91 +182,46 @@ class RunScorers:
 
     # -- executors ------------------------------------------------------------------------------------
 
+    def raise_failed_load(self, device: str, source: str) -> None:
+        """Raise the error of ``source``'s scorer on ``device`` if it failed to load earlier (not retried)."""
+        self._remembered(identity_key(device, source))
+
+    def load_failed(self, device: str, source: str, exc: Exception) -> HarnessError:
+        """The harness error of ``source``'s scorer failing to load on ``device`` (wherever the executor loads it),
+        remembered so that it is not retried."""
+        return self._load_failed(identity_key(device, source), self.source_model(source), device, exc)
+
+    def source_model(self, source: str) -> str | None:
+        """The model scoring ``source`` rows: the dual encoder for captions, else the model."""
+        return self.dual_model if source == "captions" else self.settings.model
+
     @property
-    def uses_ray(self) -> bool:
-        return self.settings.executor == "ray"
+    def cluster(self):
+        """The cluster the run's executor scores on (``Executor.cluster``), None for this process."""
+        return self.run_executor.cluster
 
     def connect_cluster(self) -> None:
-        """--executor ray: connect to the cluster (an unreachable one: ClusterUnreachable)."""
-        if self.uses_ray and self.cluster is None:
-            from laya_robustness.run.executors.ray_cluster import connect
-
-            self.cluster = connect(self.settings.ray_address)
+        """Reach where the executor scores (a Ray cluster: an unreachable one is ClusterUnreachable)."""
+        self.run_executor.connect()
 
     def executor(self, device: str, source: str = "rows"):
-        """What scores ``source`` rows on ``device``: this process (``executors.local``) or the run's Ray actors."""
-        if not self.uses_ray:
-            from laya_robustness.run.executors.local import executor_for
-            from laya_robustness.run.scoring import Scoring
-
-            s = self.settings
-            return executor_for(Scoring(self.scorer(device, source), s.scoring_path, s.temperatures))
-        return self._pool(device, source).executor(source)
+        """What scores ``source`` rows on ``device`` (the run executor's ``chunk_executor``)."""
+        return self.run_executor.chunk_executor(device, source)
 
     def identity(self, device: str, source: str = "rows") -> dict:
         """The identity of the scorer of ``source`` rows on ``device``, wherever it is loaded."""
-        if self.uses_ray:
-            self._pool(device, source)
-            return dict(self.identities[identity_key(device, source)])
-        return dict(getattr(self.scorer(device, source), "identity", {}))
+        return self.run_executor.identity(device, source)
 
     def invariance_run(self, device: str, source: str, rows, batch_size: int, temperatures):
-        """The invariance conditions of ``rows`` on the ``source`` model: in this process, or on the pool's first
-        actor, where the run's rows are scored."""
-        if self.uses_ray:
-            return self._pool(device, source).invariance(source, rows, batch_size, temperatures)
-        from laya_robustness.run.invariance import invariance_run
-
-        return invariance_run(self.scorer(device, source), rows, batch_size, temperatures)
-
-    def _pool(self, device: str, source: str):
-        """The Ray actors scoring on ``device`` (started once), with ``source``'s scorer loaded on each; a failure
-        to start them or to load it is remembered and not retried (as a scorer's failed load)."""
-        key = identity_key(device, source)
-        self._remembered(key)
-        try:
-            if device not in self._pools:
-                self._pools[device] = self._start_pool(device)
-            if key not in self.identities:
-                self.identities[key] = self._pools[device].prepare(source)
-        except HarnessError as exc:
-            model = self.dual_model if source == "captions" else self.settings.model
-            raise self._load_failed(key, model, device, exc) from exc
-        return self._pools[device]
-
-    def _start_pool(self, device: str):
-        """Start the Ray actors of ``device``: each can load the question model and the dual encoder."""
-        from functools import partial
-
-        from laya_robustness.run.executors.ray_actor import actor_device, load_scoring
-        from laya_robustness.run.executors.ray_pool import RayActorPool
-
-        self.connect_cluster()
-        s, on = self.settings, actor_device(device)
-        loads = {"rows": partial(load_scoring, s, s.model, on, self.model_is_dual)}
-        expected = {"rows": expected_weights(s.model, "hf" if self.model_is_dual else s.scorer)}
-        if self.dual_model is not None:
-            loads["captions"] = partial(load_scoring, s, self.dual_model, on, True)
-            expected["captions"] = expected_weights(self.dual_model, "hf")
-        gpus = device.startswith("cuda")
-        return RayActorPool(loads, on, self.cluster.actor_count(s.ray_actors, gpus), gpus,
-                            f"the Ray actors at {s.ray_address}", expected, self.cluster, s.image_cache_mb << 20,
-                            s.keep_freed_memory)
+        """The invariance conditions of ``rows`` on the ``source`` model, where the run's rows are scored."""
+        return self.run_executor.invariance_run(device, source, rows, batch_size, temperatures)
 
     def executor_meta(self, device: str) -> dict | None:
-        """Where the scoring of ``device`` ran, for the reports' meta: None when in this process (the executor
-        is local); for Ray the address, the actors, their nodes and devices, how many were replaced and how
-        often they built, kept, took and built again a variant image."""
-        if not self.uses_ray:
-            return None
-        pool = self._pools.get(device)
-        return {"name": "ray", "address": self.settings.ray_address, **(pool.meta() if pool else {"actors": 0})}
+        """Where the scoring of ``device`` ran, for the reports' meta (``Executor.meta``): None when in this
+        process; for Ray the address, the actors, their nodes and devices, how many were replaced and how often
+        they built, kept, took and built again a variant image."""
+        return self.run_executor.meta(device)
 
     def close(self) -> None:
-        """Stop the run's Ray actors and disconnect from the cluster (nothing to do for a local run)."""
-        for pool in self._pools.values():
-            pool.close()
-        self._pools.clear()
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        """Let go of what the executor used (Ray: stop the actors and disconnect; nothing for a local run)."""
+        self.run_executor.close()

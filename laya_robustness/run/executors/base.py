@@ -1,24 +1,88 @@
-"""What every executor is: ``records(chunks)`` yields ``(index, records)`` of each chunk of rows as it is scored, in
-any order (each chunk scored in one ``Scoring.records`` call, so its batches and its records are a local run's),
-and ``forget_images(digests)`` lets its scorers forget images no row still needs (``run.variants``)."""
+"""What an executor is, at two levels. A run has one ``Executor`` (``--executor``, made by ``registry``): it declares
+what it does (streams the run's cells, builds variant images where it scores, holds the scorers away from this
+process) and gives, per (device, row source), a ``ChunkExecutor``: ``records(chunks)`` yields ``(index, records)``
+of each chunk of rows as it is scored, in any order (each chunk scored in one ``Scoring.records`` call, so its
+batches and its records are a local run's), and ``forget_images(digests)`` lets its scorers forget images no row
+still needs (``run.variants``)."""
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.scoring.base import capabilities
 
+if TYPE_CHECKING:
+    from laya_robustness.run.cells import CellPlan, CellProgress
 
-class Executor(Protocol):
-    """Where a run's rows are scored: this process (``local``), threads of it, or a pool of Ray actors."""
+
+class ChunkExecutor(Protocol):
+    """Where the chunks of one row source are scored on one device: this process, threads of it, or Ray actors."""
 
     def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         """``(index, records)`` of each chunk as it finishes."""
 
     def forget_images(self, digests: Iterable[str]) -> None:
         """No row still needs these images: let the scorers forget them."""
+
+
+class VariantBuildingChunks(ChunkExecutor, Protocol):
+    """The chunk executor of an executor that ``builds_variants``: it also builds a family's variant rows."""
+
+    def variants(self, family: str, rows: Sequence[Row], seed: int) -> list[Row]:
+        """``family``'s variant rows of the source ``rows``, in their order, their images built where they will be
+        scored (they travel back as the recipes that build them)."""
+
+
+class CellStream(Protocol):
+    """The planned cells of one (device, source), scored as one stream: each caller waits for its own cell."""
+
+    def records(self, key: tuple, progress: CellProgress) -> tuple[Sequence[Row], list[Record]]:
+        """The rows and records of cell ``key`` once it is scored."""
+
+    def close(self) -> None:
+        """Stop: what is in flight is cancelled; what was journaled stays."""
+
+
+class Executor(Protocol):
+    """Where a run's rows are scored (``--executor``), made once per run from its ``RunScorers``
+    (``registry.make_executor``). What it does is declared, for the run to ask:
+
+    ``streams``: the run's planned cells of each (device, source) are scored as one stream (``stream``), so the run
+    says which cells its checks will ask for before the first is asked; ``builds_variants``: a pixel family's variant
+    images are built where the rows are scored (its chunk executors are ``VariantBuildingChunks``);
+    ``holds_scorers``: the scorers live elsewhere, so the run loads none in this process; ``cluster``: the cluster
+    it scores on (its ``resources()`` say what it holds: gpu-marked tests count its GPUs), None for this process."""
+
+    streams: bool
+    builds_variants: bool
+    holds_scorers: bool
+    cluster: object | None
+
+    def connect(self) -> None:
+        """Reach where the rows are scored, before any test runs (an unreachable place: a ``HarnessError``)."""
+
+    def chunk_executor(self, device: str, source: str) -> ChunkExecutor:
+        """What scores ``source`` rows on ``device``, its scorer loaded once (a failed load: ``HarnessError``)."""
+
+    def identity(self, device: str, source: str) -> dict:
+        """The identity of the scorer of ``source`` rows on ``device``, wherever it is loaded."""
+
+    def invariance_run(self, device: str, source: str, rows: Sequence[Row], batch_size: int, temperatures):
+        """The invariance conditions of ``rows`` on the ``source`` scorer (``run(condition)`` -> its stats),
+        run where the run's rows are scored."""
+
+    def stream(self, device: str, source: str, keys: Sequence[tuple],
+               plan_of: Callable[[tuple], CellPlan]) -> CellStream | None:
+        """The cells ``keys`` of ``source`` rows on ``device`` scored as one stream (``plan_of(key)`` plans one);
+        asked only where the executor ``streams``."""
+
+    def meta(self, device: str) -> dict | None:
+        """The reports' ``executor`` block for ``device`` (where and on what it scored); None for this process."""
+
+    def close(self) -> None:
+        """Let go of what the run used (actors, a connection); nothing for this process."""
 
 
 def forget_images(scorer, digests: Iterable[str]) -> None:

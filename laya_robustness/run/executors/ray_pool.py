@@ -1,8 +1,8 @@
 """A pool of Ray actors that score shards of rows, each actor loading the run's scorer once (``--executor ray``).
 
-``RayActorPool.records(shards)`` keeps ``LocalExecutor``'s contract: it yields ``(index, records)`` of each
-shard as an actor finishes it, in any order, and each shard is scored in one ``Scoring.records`` call, so
-its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a feed
+``RayActorPool.records(shards)`` keeps a chunk executor's contract (``base.ChunkExecutor``): it yields ``(index,
+records)`` of each shard as an actor finishes it, in any order, and each shard is scored in one ``Scoring.records``
+call, so its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a feed
 as actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's
 cells). Scheduling: an actor has at most ``PIPELINE`` shards in flight (one scoring, one waiting, so it never
 idles while the next is sent). Scoring goes first: a free actor takes a waiting chunk to score before a group to
@@ -307,10 +307,10 @@ class RayActorPool:
 
     # -- scoring --------------------------------------------------------------------------------
 
-    def executor(self, source: str) -> "SourceExecutor":
-        """An executor of ``source`` rows on this pool (``records(chunks)``, as ``LocalExecutor``)."""
+    def chunk_executor(self, source: str) -> "PoolChunkExecutor":
+        """The chunk executor of ``source`` rows on this pool (``base.ChunkExecutor``)."""
         self.prepare(source)
-        return SourceExecutor(self, source)
+        return PoolChunkExecutor(self, source)
 
     def records(self, source: str, shards: Iterable[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         """``(index, records)`` of each shard of ``source`` rows as it finishes (see the module doc)."""
@@ -478,8 +478,9 @@ class RayActorPool:
         return RemoteInvariance(self, source, rows, batch_size, temperatures)
 
 
-class SourceExecutor:
-    """The pool's executor of one row source: ``records(chunks)`` yields ``(index, records)`` as chunks finish."""
+class PoolChunkExecutor:
+    """The pool's chunk executor of one row source: ``records(chunks)`` yields ``(index, records)`` as chunks
+    finish, and ``variants`` builds a family's variant rows on the actors (``base.VariantBuildingChunks``)."""
 
     def __init__(self, pool: RayActorPool, source: str):
         self.pool, self.source = pool, source

@@ -1,4 +1,4 @@
-"""A run's cells scored as one stream on a Ray pool (``--executor ray``).
+"""A run's cells scored as one stream on a Ray pool (``--executor ray``: ``RayExecutor.stream``).
 
 The run says which cells its checks will ask for, in order (``GateRun.plan``). When the first is asked for, the
 pool's actors start on it and go on with the next cells' shards (building their variants, then scoring their
@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence
 from laya_robustness.records import Record
 from laya_robustness.rows import PendingImage, Row
 from laya_robustness.run.cells import CellBuildError, CellPlan, CellProgress, CellWork
-from laya_robustness.run.executors.ray_pool import FALLBACK_CHUNK_ROWS, RayActorPool, Shard, SourceExecutor
+from laya_robustness.run.executors.ray_pool import FALLBACK_CHUNK_ROWS, RayActorPool, Shard
 from laya_robustness.run.scoring import consecutive_chunks
 from laya_robustness.run.variants import VariantBuild, expected_chunks
 
@@ -278,14 +278,6 @@ class RayStream:
         for cell in self.active:
             if cell.work is not None:
                 cell.work.close()
-
-
-def stream_of(executor, keys: Sequence[tuple], plan_of: Callable[[tuple], CellPlan]) -> RayStream | None:
-    """The cells ``keys`` (and any other asked for later) scored as one stream on ``executor``'s pool, or None where
-    the executor scores in this process (a local run scores its cells one after another: a stream gains nothing)."""
-    if not isinstance(executor, SourceExecutor):
-        return None
-    return RayStream(executor.pool, executor.source, keys, plan_of)
 
 
 def _builds(rows: Sequence[Row]) -> list:
