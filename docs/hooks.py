@@ -25,7 +25,7 @@ def families_table() -> str:
 
 def options_table() -> str:
     """Every option of the plugin with its default and help, as ``pytest --help`` shows them."""
-    from laya_robustness.run.options import OPTIONS
+    from laya_robustness.run.inputs.options import OPTIONS
 
     lines = ["| option | default | ini key | meaning |", "| --- | --- | --- | --- |"]
     for opt in OPTIONS:
@@ -37,7 +37,7 @@ def options_table() -> str:
 
 def arguments_table() -> str:
     """Every option as ``run_gate``'s argument: its name, default and meaning."""
-    from laya_robustness.run.options import OPTIONS
+    from laya_robustness.run.inputs.options import OPTIONS
 
     lines = ["| argument | option | default | meaning |", "| --- | --- | --- | --- |"]
     for opt in OPTIONS:

@@ -167,7 +167,7 @@ class PendingImage:
 
     def __reduce__(self):
         """Pickled (sent to a Ray actor) as it is where its source can travel (a ``portable`` source makes its
-        pixels again where it lands: ``run.images``), else as its pixels."""
+        pixels again where it lands: ``run.scoring.images``), else as its pixels."""
         if getattr(self.source, "portable", False):
             return PendingImage, (self.digest, self.mode, self.size, self.source)
         return _as_is, (self.load(),)

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from laya_robustness.families import FLAT, build_variants, families_in
-from laya_robustness.run.images import rows_with_pixels
+from laya_robustness.run.scoring.images import rows_with_pixels
 from laya_robustness.scoring import layout
 from laya_robustness.scoring.base import answers_in_text
 

@@ -41,7 +41,7 @@ def throughput(endpoint: str, concurrency: int, out: Path) -> dict:
 
 def variant_rows(rows_per_set: int) -> list:
     from laya_robustness.families import build_variants, default_families, get_family
-    from laya_robustness.run.inputs import InputSpec, source_rows
+    from laya_robustness.run.inputs.run_inputs import InputSpec, source_rows
 
     rows = source_rows(InputSpec(ROOT / "laya_fixtures" / "rows", rows_per_set, 0))
     out = [r for name in sorted(rows) for r in rows[name]]

@@ -5,7 +5,7 @@ import json
 import os
 from collections import Counter
 
-from laya_robustness.run import variants
+from laya_robustness.run.scoring import variants
 
 builds: Counter = Counter()
 _build_variants = variants.build_variants

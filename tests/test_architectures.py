@@ -15,7 +15,7 @@ import pytest
 
 from laya_robustness.families import build_variants
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
-from laya_robustness.run.invariance import ConditionNotSupported, InvarianceRun, hostile_rows
+from laya_robustness.run.scoring.invariance import ConditionNotSupported, InvarianceRun, hostile_rows
 from laya_robustness.scoring import load_scorer
 from laya_robustness.rows import image_digest
 from laya_robustness.scoring.prompt import user_text

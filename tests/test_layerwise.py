@@ -15,8 +15,8 @@ from laya_robustness.analysis.layerwise import layer_distances, layerwise_diverg
 from laya_robustness.predictions import write_predictions
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
-from laya_robustness.run.inputs import load_source_rows
-from laya_robustness.run.scoring import Scoring
+from laya_robustness.run.inputs.run_inputs import load_source_rows
+from laya_robustness.run.scoring.chunks import Scoring
 
 MODALITY_OF = {"shift": "visual", "reph": "phrasing"}
 

@@ -18,8 +18,8 @@ from laya_robustness.loaders.export import export_parquet  # noqa: E402
 from laya_robustness.loaders.images import ImageRef  # noqa: E402
 from laya_robustness.loaders.settings import parse_data_map  # noqa: E402
 from laya_robustness.rows import RowError  # noqa: E402
-from laya_robustness.run.inputs import load_source_rows
-from laya_robustness.run.scoring import Scoring
+from laya_robustness.run.inputs.run_inputs import load_source_rows
+from laya_robustness.run.scoring.chunks import Scoring
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_ROWS = ROOT / "laya_fixtures" / "rows"

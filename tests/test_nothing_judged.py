@@ -12,8 +12,8 @@ import pytest
 import laya_robustness
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.judged import NO_CUDA, JudgedTally
-from laya_robustness.run.lock import RunIdentity, claim, release
-from laya_robustness.run.options import OPTIONS
+from laya_robustness.run.reports.lock import RunIdentity, claim, release
+from laya_robustness.run.inputs.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "laya_fixtures" / "tiny-clip"
@@ -152,7 +152,7 @@ def test_run_gate_validates_each_option_as_pytest_does(opt, monkeypatch):
     """Option by option, a value its parser refuses is a UsageError naming the argument for ``run_gate`` and a
     usage error (exit 4) naming the option for ``pytest robustness_tests``, with the same problem; a value it
     takes is refused by neither before any work."""
-    from laya_robustness.run.options import parse_settings
+    from laya_robustness.run.inputs.options import parse_settings
 
     if not _rejects(opt):
         pytest.skip(f"{opt.flag} takes any text ({BAD!r} is a name, a path or a URL to it): checked where it is read")

@@ -82,7 +82,7 @@ def test_the_regression_checks_against_another_run_of_the_same_model_and_against
     from pathlib import Path
 
     from laya_robustness.analysis.calibrate import null_regression
-    from laya_robustness.run.scoring import prediction_record
+    from laya_robustness.run.scoring.chunks import prediction_record
 
     rows = generate_rows("colour_choice", 60, seed=4)
     variants = rows + build_variants("text", rows, 0)

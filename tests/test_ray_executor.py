@@ -599,7 +599,7 @@ def test_a_source_image_travels_as_an_object_read_on_this_node_not_put_from_here
     the front end resolves it (not in the head's folder, where the reader runs), and the object holds the file's
     bytes. A file gone by then is the loader's error naming it, raised where the bytes are taken."""
     from laya_robustness.loaders.images import ImageRef, Where
-    from laya_robustness.run.images import _READER, shared_bytes
+    from laya_robustness.run.scoring.images import _READER, shared_bytes
 
     monkeypatch.chdir(tmp_path)
     contents = {"a.jpg": b"first" * 40_000, "b.jpg": b"second" * 40_000}  # over 100 KB: not inlined

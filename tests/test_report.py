@@ -34,8 +34,8 @@ from laya_robustness.report.cells import cell_rows, cell_verdicts, columns_of, e
 from laya_robustness.report.compare import summary_changes
 from laya_robustness.report.curves import reliability, strength_curves
 from laya_robustness.report.examples import BROKEN, FLIPPED, check_source_rows, rebuild_rows, select_examples
-from laya_robustness.run.inputs import load_source_rows
-from laya_robustness.run.scoring import Scoring
+from laya_robustness.run.inputs.run_inputs import load_source_rows
+from laya_robustness.run.scoring.chunks import Scoring
 from laya_robustness.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -393,7 +393,7 @@ def test_open_answer_rows_are_shown_by_their_text(tmp_path):
 def test_the_rows_are_read_again_with_the_captions_and_the_users_variants(tmp_path):
     """Offline, ``reread_rows`` gives the rows the gate scored: the question rows under the meta's reading rules
     and user files, and the caption rows the lgip families probed (a run's fingerprint covers both)."""
-    from laya_robustness.run.inputs import reread_rows
+    from laya_robustness.run.inputs.run_inputs import reread_rows
 
     first = load_source_rows(ROOT / "laya_fixtures" / "rows", 5, 0)["exists_yesno"][0]
     (tmp_path / "reph.jsonl").write_text(json.dumps({"row_id": first.row_id, "rephrasings": ["Is it there?"]}) + "\n")

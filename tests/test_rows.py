@@ -112,7 +112,7 @@ def test_load_rows_groups_by_dataset(tmp_path):
 def test_sampling_before_decoding_draws_the_same_rows_as_before(fixture_rows):
     from pathlib import Path
 
-    from laya_robustness.run.inputs import load_source_rows, sample_rows
+    from laya_robustness.run.inputs.run_inputs import load_source_rows, sample_rows
 
     sampled = load_source_rows(Path(__file__).resolve().parents[1] / "laya_fixtures" / "rows", 5, seed=0)
     for name, rows in fixture_rows.items():

@@ -24,7 +24,7 @@ from laya_robustness.metrics.stability import (
     stability_cell,
     truth_of,
 )
-from laya_robustness.run.scoring import open_record, prediction_record
+from laya_robustness.run.scoring.chunks import open_record, prediction_record
 from laya_robustness.rows import Row
 from conftest import summary_cell
 from laya_robustness.summary import summarize

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from laya_robustness.fixtures.bench import write_photo_rows
-from laya_robustness.run.scoring import CHUNK_BATCHES
+from laya_robustness.run.scoring.chunks import CHUNK_BATCHES
 from test_plugin import ROOT, TESTS
 
 pytest_plugins = ["pytester"]
@@ -76,7 +76,7 @@ def test_what_is_held_decoded_does_not_grow_with_the_rows_and_letting_go_changes
 
 GIVE_BACK_CENSUS = """
 import os
-from laya_robustness.run import variants
+from laya_robustness.run.scoring import variants
 
 calls = []
 real = variants.give_back_freed_memory

@@ -135,7 +135,7 @@ def _declared_checks():
 
 
 def test_repo_thresholds_file_holds_release_limits_for_any_data():
-    from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
+    from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
 
     path = Path(__file__).resolve().parents[1] / "thresholds.toml"
     t = load_thresholds(path, families=_declared_checks(), datasets=["my_photos"], conditions=INVARIANCE_CONDITIONS)
@@ -148,7 +148,7 @@ def test_repo_thresholds_file_holds_release_limits_for_any_data():
 
 def test_fixture_overlay_declares_the_embedded_defaults_misses():
     from laya_robustness.fixtures.rows import SET_NAMES
-    from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
+    from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
 
     root = Path(__file__).resolve().parents[1]
     t = load_thresholds(root / "thresholds.toml", families=_declared_checks(), datasets=SET_NAMES,

@@ -74,7 +74,7 @@ def test_the_bounds_leave_the_release_file_and_what_they_do_not_look_at_alone(tm
                              conditions=CONDITIONS)
     assert limits.known_limitations[0].reason.startswith("a.a.a")
     from laya_robustness.gate.limits import run_limits
-    from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
+    from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
 
     started = time.monotonic()
     run_limits(ROOT / "thresholds.toml", datasets=["colour_choice", "context_choice", "count_choice", "exists_yesno",

@@ -21,7 +21,7 @@ from laya_robustness.analysis.variants.tasks import Rephrase, Translate
 from laya_robustness.families import build_variants
 from laya_robustness.families.rephrase import TRANSLATIONS_KEY, USER_KEY
 from laya_robustness.loaders.variants import read_user_file
-from laya_robustness.run.inputs import attach_user_variants
+from laya_robustness.run.inputs.run_inputs import attach_user_variants
 from laya_robustness.rows import Row
 
 

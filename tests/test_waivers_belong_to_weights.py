@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from laya_robustness.gate.thresholds import ThresholdsError, measured_on
-from laya_robustness.run.options import parse_settings
+from laya_robustness.run.inputs.options import parse_settings
 from laya_robustness.scoring.loading import weight_hashes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from laya_robustness.run.files import write_all
-from laya_robustness.run.journal import Journal, read_journals
+from laya_robustness.run.scoring.journal import Journal, read_journals
 from test_plugin import gate, run  # noqa: F401  (the gate fixture)
 from test_reliability import _gate_command, _scored_rows
 

@@ -135,7 +135,7 @@ def layerwise_from_predictions(predictions: str | Path, data: str | Path, famili
                                max_groups: int = 0, modality_of: Mapping[str, str | None] | None = None) -> dict:
     """The layerwise divergence of a run, re-built from its predictions file and its data.
 
-    The source rows are read from ``data`` as the run read them (``laya_robustness.run.inputs``: its reading
+    The source rows are read from ``data`` as the run read them (``laya_robustness.run.inputs.run_inputs``: its reading
     rules and the user's rephrasings and translations, from the summary.json beside the predictions) and the
     perturbed rows built by ``build_variants(family, rows, seed)`` for each of ``families``, with seed and rows
     per set from that summary's meta unless given (else 0 and 0). ``max_groups`` > 0 keeps the first
@@ -143,7 +143,7 @@ def layerwise_from_predictions(predictions: str | Path, data: str | Path, famili
     """
     from laya_robustness.families import build_variants
     from laya_robustness.predictions import read_predictions, sibling_meta
-    from laya_robustness.run.inputs import InputSpec, question_rows
+    from laya_robustness.run.inputs.run_inputs import InputSpec, question_rows
 
     predictions = Path(predictions)
     meta = sibling_meta(predictions)

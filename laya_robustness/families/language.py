@@ -11,7 +11,7 @@ Variants ``lang_<code>``, one per language a row has a translation in:
   triangle; the whole question must match, ignoring outer spaces). Any other question gets no
   built-in translation.
 - the user's: the row's ``meta["translations"]`` (a mapping language code -> question, put there
-  from the user's JSONL file by ``run.inputs.attach_user_variants``), used as written (it should
+  from the user's JSONL file by ``run.inputs.run_inputs.attach_user_variants``), used as written (it should
   carry its own request to answer in English); a user translation replaces the built-in one of
   the same language.
 

@@ -1,6 +1,6 @@
 """The plugin's command-line options: one ``laya-robustness`` group, each also settable in the ini file.
 
-The options are declared and parsed in ``laya_robustness.run.options`` (``run_gate`` takes the same ones as
+The options are declared and parsed in ``laya_robustness.run.inputs.options`` (``run_gate`` takes the same ones as
 arguments); here they are registered with pytest and read from its configuration once, at start-up
 (``read_settings``): a bad value is a usage error (exit 4) that names the option, before any model is loaded or
 any row is read.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from laya_robustness.run.errors import UsageError
-from laya_robustness.run.options import (  # noqa: F401  (the names the plugin's modules and tests use)
+from laya_robustness.run.inputs.options import (  # noqa: F401  (the names the plugin's modules and tests use)
     AUTO_MODEL,
     OPTIONS,
     Option,

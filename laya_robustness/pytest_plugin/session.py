@@ -17,7 +17,7 @@ from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.gate_run import GateRun, Skipped, decided_nothing
 from laya_robustness.run.judged import JudgedTally, NothingJudged
-from laya_robustness.run.lock import RunIdentity
+from laya_robustness.run.reports.lock import RunIdentity
 from laya_robustness.run.outcome import RunOutcome
 
 GPU_DEVICE = "cuda"

@@ -30,8 +30,8 @@ from pathlib import Path
 from laya_robustness.metrics import rounded
 from laya_robustness.pytest_plugin.options import default_of
 from laya_robustness.run.files import file_safe
-from laya_robustness.run.fingerprints import data_fingerprint, families_label, model_fingerprint
-from laya_robustness.run.models import identity_key
+from laya_robustness.run.inputs.fingerprints import data_fingerprint, families_label, model_fingerprint
+from laya_robustness.run.scoring.models import identity_key
 from laya_robustness.scoring.base import batch_precision
 from laya_robustness.summary import headlines
 

@@ -29,7 +29,7 @@ from laya_robustness.report.cells import (
     text_rows,
     verdict_line,
 )
-from laya_robustness.run.models import model_type
+from laya_robustness.run.scoring.models import model_type
 from laya_robustness.scoring.adapters import adapter_class
 
 WIDTH = 120

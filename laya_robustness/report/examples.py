@@ -183,7 +183,7 @@ def check_source_rows(meta: Mapping[str, Any], source_rows: Mapping[str, Sequenc
                 raise ValueError(f"the data has {have} rows of dataset {name!r}, the run scored {n}; render with the "
                                  "data, seed and rows per set the run used")
     if "data_fingerprint" in meta:
-        from laya_robustness.run.fingerprints import data_fingerprint
+        from laya_robustness.run.inputs.fingerprints import data_fingerprint
 
         if data_fingerprint(source_rows) != meta["data_fingerprint"]:
             raise ValueError("the data's fingerprint differs from the run's (meta.data_fingerprint): render with the "

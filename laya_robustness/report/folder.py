@@ -1,6 +1,6 @@
 """A run's report folder: every report of a run's outcome (``run.outcome.RunOutcome``: the data files of
-``run.reports``, and report.html and summary.md per device rendered here), written all or none under their final
-names, then what a complete run no longer needs (stale report files, the journal) removed."""
+``run.reports.data_files``, and report.html and summary.md per device rendered here), written all or none under their
+final names, then what a complete run no longer needs (stale report files, the journal) removed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from laya_robustness.report.render import REPORT_HTML, SUMMARY_MD, render_report
 from laya_robustness.run.files import write_all
-from laya_robustness.run.journal import JOURNAL_DIR
+from laya_robustness.run.scoring.journal import JOURNAL_DIR
 from laya_robustness.run.outcome import RunOutcome
-from laya_robustness.run.reports import data_files, remove_stale, report_targets
+from laya_robustness.run.reports.data_files import data_files, remove_stale, report_targets
 
 
 @dataclass(frozen=True)

@@ -21,18 +21,18 @@ from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.records import ORIG, Record
-from laya_robustness.run.cells import CellBuildError
+from laya_robustness.run.scoring.cells import CellBuildError
 from laya_robustness.run.errors import UsageError, stops_run
-from laya_robustness.run.images import rows_with_pixels
-from laya_robustness.run.inputs import RunInputs
-from laya_robustness.run.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
-from laya_robustness.run.journal import JOURNAL_DIR, open_journal
-from laya_robustness.run.lock import Lease, RunIdentity, claim_or_say_why, release
-from laya_robustness.run.meta import RunFacts, invariance_meta, run_meta
-from laya_robustness.run.models import identity_key
+from laya_robustness.run.scoring.images import rows_with_pixels
+from laya_robustness.run.inputs.run_inputs import RunInputs
+from laya_robustness.run.scoring.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
+from laya_robustness.run.scoring.journal import JOURNAL_DIR, open_journal
+from laya_robustness.run.reports.lock import Lease, RunIdentity, claim_or_say_why, release
+from laya_robustness.run.reports.meta import RunFacts, invariance_meta, run_meta
+from laya_robustness.run.scoring.models import identity_key
 from laya_robustness.run.outcome import DeviceReport, Ending, RunOutcome, incomplete_reason
 from laya_robustness.run.planned import PlannedCells
-from laya_robustness.run.reports import device_folders, device_report
+from laya_robustness.run.reports.data_files import device_folders, device_report
 from laya_robustness.run.scope import Scope, cut_short, decide_scope
 from laya_robustness.run.scorers import RunScorers, served_without_dual
 from laya_robustness.summary import CellCache, family_cell, summarize
@@ -99,7 +99,7 @@ def reported_condition(condition: str, source: str) -> str:
 
 
 class GateRun:
-    """A gate run of ``settings`` (``run.options.Settings``): see the module doc.
+    """A gate run of ``settings`` (``run.inputs.options.Settings``): see the module doc.
 
     ``root``: the project root (the embedded default's files, the code commit in the reports); ``run``: the run
     this process belongs to (an xdist worker shares its controller's), ``worker``: its xdist worker id;
@@ -140,7 +140,8 @@ class GateRun:
     root = property(lambda self: self._root)
     run_identity = property(lambda self: self._run_identity)
     models = property(lambda self: self._models, doc="The run's scorers (``run.scorers.RunScorers``).")
-    inputs = property(lambda self: self._inputs, doc="The run's rows, limits and baseline (``run.inputs.RunInputs``).")
+    inputs = property(lambda self: self._inputs,
+                      doc="The run's rows, limits and baseline (``run.inputs.run_inputs.RunInputs``).")
     variants = property(lambda self: self._variants)
     kept_freed_memory = property(lambda self: self._kept_freed_memory)
     seed = property(lambda self: self._settings.seed)
@@ -164,8 +165,8 @@ class GateRun:
     # -- the report folder ----------------------------------------------------------------------
 
     def claim_report_dir(self, on_wait: Callable[[object], None] | None = None) -> None:
-        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.lock``), renewing its lease
-        while the process runs; ``on_wait(holder)`` is told when another run holds it and this one waits. Raises
+        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.reports.lock``), renewing its
+        lease while the process runs; ``on_wait(holder)`` is told when another run holds it and this one waits. Raises
         ``UsageError`` (another run holds it, or it cannot be written) or ``HarnessError`` (a full disk)."""
         held = claim_or_say_why(self.report_dir, self._run_identity, wait_s=self._settings.report_dir_wait,
                                 on_wait=on_wait, instead=f"--report-dir {self.report_dir}-2 (or wait for it: "
@@ -205,7 +206,7 @@ class GateRun:
         self._cells_of.plan(cells)
 
     def journal(self, device: str, source: str):
-        """The journal this process appends ``source`` records of ``device`` to (``run.journal``)."""
+        """The journal this process appends ``source`` records of ``device`` to (``run.scoring.journal``)."""
         key = identity_key(device, source)
         if key not in self._journals:
             identity, s = self._models.identity(device, source), self._settings
@@ -460,7 +461,8 @@ class GateRun:
             journal_given=bool(self._settings.journal), scorer_stats=self._models.scorer_stats())
 
     def _device_reports(self, reason: str | None, scopes: dict) -> dict[str, DeviceReport]:
-        """Each device's reports (``run.reports.device_report``), its summary's meta saying what it covers."""
+        """Each device's reports (``run.reports.data_files.device_report``), its summary's meta saying what it
+        covers."""
         facts = self._facts()
         folders = device_folders(set(self._records) | set(self._invariance_results))
         out = {}
@@ -491,7 +493,7 @@ class GateRun:
                          ece_floor_sims=s.ece_floor_sims, baseline=baseline)
 
     def _facts(self) -> RunFacts:
-        """What the reports' meta blocks say of this run (``run.meta.RunFacts``)."""
+        """What the reports' meta blocks say of this run (``run.reports.meta.RunFacts``)."""
         devices = set(self._records) | set(self._invariance_results)
         return RunFacts(self._settings, self.rows, self.caption_rows, self._inputs.spec.inputs_meta(),
                         dict(self.identities), self.model_name, self._root,
@@ -517,7 +519,7 @@ class GateRun:
 
 
 def journaled_settings(s, source: str) -> dict:
-    """The settings a journal is written under (``settings``: ``run.options.Settings``): --resume reuses it only
+    """The settings a journal is written under (``settings``: ``run.inputs.options.Settings``): --resume reuses it only
     under the same."""
     return {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
             "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,

@@ -1,6 +1,7 @@
-"""A run's cells on their way to being scored: the rows each (family, dataset) scores, the ``run.cells.CellWork``
-that scores them, and the cells the run's checks will ask for (``plan``), scored as one stream where the run's
-executor streams (``run.executors.base.Executor.streams``: a Ray pool, ``run.executors.ray_stream``)."""
+"""A run's cells on their way to being scored: the rows each (family, dataset) scores, the
+``run.scoring.cells.CellWork`` that scores them, and the cells the run's checks will ask for (``plan``), scored as one
+stream where the run's executor streams (``run.executors.base.Executor.streams``: a Ray pool,
+``run.executors.ray_stream``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Sequence
 
 from laya_robustness.families import get_family
 from laya_robustness.records import ORIG
-from laya_robustness.run.cells import CellPlan, CellWork
-from laya_robustness.run.scoring import consecutive_chunk_rows, scoring_chunks
-from laya_robustness.run.variants import VariantImages, adopt, builds_on_executor, family_variants
+from laya_robustness.run.scoring.cells import CellPlan, CellWork
+from laya_robustness.run.scoring.chunks import consecutive_chunk_rows, scoring_chunks
+from laya_robustness.run.scoring.variants import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
 
 
@@ -29,7 +30,7 @@ class PlannedCells:
 
     def rows(self, family: str, dataset: str, executor=None):
         """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
-        family allows (``run.variants``); built by the chunk ``executor`` where the run's executor
+        family allows (``run.scoring.variants``); built by the chunk ``executor`` where the run's executor
         ``builds_variants`` (a Ray pool: on its actors)."""
         run = self.run
         if run.variants is not None and (family, dataset) in run.variants:
@@ -46,13 +47,13 @@ class PlannedCells:
         return rows
 
     def work(self, rows, journal, executor, scorer=None, complete: bool = True) -> CellWork:
-        """The scoring of one cell's ``rows`` in the local run's chunks (``run.cells.CellWork``)."""
+        """The scoring of one cell's ``rows`` in the local run's chunks (``run.scoring.cells.CellWork``)."""
         run = self.run
         return CellWork(rows, self.chunks(rows, scorer), journal,
                         VariantImages(rows, run.inputs.images, executor, give_back=run.kept_freed_memory), complete)
 
     def chunks(self, rows, scorer=None) -> list[list[int]]:
-        """The local run's chunks of one cell's ``rows`` (``run.scoring.scoring_chunks``)."""
+        """The local run's chunks of one cell's ``rows`` (``run.scoring.chunks.scoring_chunks``)."""
         s = self.run.settings
         return scoring_chunks(rows, s.scoring_path, s.batch_size,
                               per_row=scorer is not None and capabilities(scorer).answers_in_text)

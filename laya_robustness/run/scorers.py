@@ -8,7 +8,7 @@ from pathlib import Path
 
 from laya_robustness.run.errors import HarnessError, stops_run
 from laya_robustness.run.executors.registry import make_executor
-from laya_robustness.run.models import (
+from laya_robustness.run.scoring.models import (
     DUAL_ENCODER_TYPES,
     identity_key,
     is_dual_encoder,
@@ -56,7 +56,7 @@ class RunScorers:
     def model_name(self) -> str:
         """The model as the user named it (recorded in meta and the snapshot name); a served model left to the
         endpoint (``--model`` omitted) by the id the endpoint gave."""
-        from laya_robustness.run.options import AUTO_MODEL
+        from laya_robustness.run.inputs.options import AUTO_MODEL
 
         if self.settings.model_name != AUTO_MODEL or not self.served:
             return self.settings.model_name

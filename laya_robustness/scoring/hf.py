@@ -231,7 +231,7 @@ class HFVLMScorer:
     def forget_images(self, digests) -> None:
         """Let go of everything kept of these images (content keys): their pixels, prompt layouts, prompts, vision
         features and prompt prefixes. The run calls it with the variant images whose last row is done, which
-        no later row asks for (``run.variants.VariantImages``); asked for again, an image is prepared, encoded
+        no later row asks for (``run.scoring.variants.VariantImages``); asked for again, an image is prepared, encoded
         and run anew."""
         gone = set(digests)
         self._images.forget(gone)

@@ -29,9 +29,8 @@ TEXT_CACHE_ENTRIES = 1 << 16
 LAYOUT_CACHE_BYTES = 256 << 20
 #: Image groups are preprocessed ahead of the rows that need them on this many threads, at most this many rows
 #: ahead, when the work is large: a group of at least PREFETCH_MIN_PIXELS input pixels, or a processor whose last
-#: output was at least PREFETCH_MIN_OUTPUT_BYTES. Resizing and normalising release the GIL on large arrays (2
-#: threads on 2 cores: 1.65x for 512x384 inputs to 64 px, 3.2x for SmolVLM-256M's 13 tiles of 512 px) but not on
-#: small ones, where a thread only contends (0.62x for 64x48 inputs to 64 px).
+#: output was at least PREFETCH_MIN_OUTPUT_BYTES. Resizing and normalising release the GIL on large arrays but not
+#: on small ones, where a thread only contends (measured: docs/performance.md).
 PREPROCESS_THREADS = min(8, os.cpu_count() or 1)
 PREFETCH_ROWS = 2 * PREPROCESS_THREADS
 PREFETCH_MIN_PIXELS = 512 * 384

@@ -15,13 +15,7 @@ scoring chunk once the images let go since the last give-back add up to half the
 needs, not how many rows the run has. Each give-back costs the next chunk its page faults again, which is
 why it is not done after every chunk.
 
-Measured on 2 cores: 24 rows on 12 photos of 1024 x 768 scored through orig, option_order, image and
-text with a tiny Idefics3 that has SmolVLM-256M's tiling: 54.4 s -> 26.2 s, system time 50.4 s -> 2.9 s,
-minor page faults 32.2M -> 0.84M, peak resident size 3.46 -> 4.71 GiB. Never given back, the gate's peak
-resident size on 640 x 480 photo rows through image, shift and pad_crop was 1.05x to 1.21x at 200 rows of that
-at 50; given back after every chunk, 1.06x, but the default gate on the embedded model took 280 s instead of
-258 s (system time 15 s instead of 6 s, faulting pages in again); given back every 8 chunks, 1.09x and 1.22x;
-after every chunk that let images go, 1.05x and 273 s; as now, 1.07x and 266 s.
+What this saves and why the give-back comes when it does: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from laya_robustness.analysis.variants.tasks import Rephrase, Translate
 from laya_robustness.families.rephrase import LANGUAGE_CODE
 from laya_robustness.loaders import scan_rows
 from laya_robustness.rows import Row
-from laya_robustness.run.inputs import sample_rows
+from laya_robustness.run.inputs.run_inputs import sample_rows
 
 TASKS = ("rephrase", "translate")
 

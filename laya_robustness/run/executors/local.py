@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, Sequence
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.executors.base import ChunkExecutor, forget_images
-from laya_robustness.run.scoring import Scoring
+from laya_robustness.run.scoring.chunks import Scoring
 from laya_robustness.scoring.base import capabilities
 
 
@@ -45,7 +45,7 @@ class LocalExecutor:
 
     def invariance_run(self, device: str, source: str, rows: Sequence[Row], batch_size: int, temperatures):
         """The invariance conditions of ``rows`` on the scorer loaded here."""
-        from laya_robustness.run.invariance import invariance_run
+        from laya_robustness.run.scoring.invariance import invariance_run
 
         return invariance_run(self.scorers.scorer(device, source), rows, batch_size, temperatures)
 

@@ -16,9 +16,8 @@ later families (its rephrasings, its languages) meet the features that actor's e
 What is another actor's (a chunk at home there, a group of a chunk it claimed) a free actor takes only when no
 actor has a shard of its own to take, rather than idle. A shard whose actor dies (its process killed, its node lost) is
 sent again to another actor and the dead one is replaced (as is one that dies while it loads); records are taken only
-from shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an exception raised by the
-scorer (it would raise anywhere), stops the call.
-"""
+from shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an
+exception raised by the scorer (it would raise anywhere), stops the call. """
 
 from __future__ import annotations
 
@@ -33,9 +32,9 @@ from laya_robustness.rows import Row
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.executors.ray_cluster import ClusterLost
-from laya_robustness.run.images import DEFAULT_IMAGE_CACHE_BYTES
-from laya_robustness.run.scoring import Scoring
-from laya_robustness.run.variants import expected_chunks
+from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES
+from laya_robustness.run.scoring.chunks import Scoring
+from laya_robustness.run.scoring.variants import expected_chunks
 from laya_robustness.scoring.cache import ByteLRU
 from laya_robustness.scoring.loading import short_hashes
 
@@ -325,8 +324,8 @@ class RayActorPool:
     @staticmethod
     def variant_groups(rows: Sequence[Row], chunks: Sequence[int]) -> list[tuple[int, Sequence[Row]]]:
         """``rows`` (source rows) in the groups whose variants one actor builds in one call, each with the chunk
-        its variant rows are expected to land in (``chunks``, one per row, ``run.variants.expected_chunks``): the
-        rows of one chunk cut into ``GROUPS_PER_CHUNK`` groups, which the actor that claims the chunk builds."""
+        its variant rows are expected to land in (``chunks``, one per row, ``run.scoring.variants.expected_chunks``):
+        the rows of one chunk cut into ``GROUPS_PER_CHUNK`` groups, which the actor that claims the chunk builds."""
         groups: list[tuple[int, Sequence[Row]]] = []
         start = 0
         while start < len(rows):
@@ -497,8 +496,8 @@ class PoolChunkExecutor:
         return self.pool.variants(self.source, family, rows, seed)
 
     def forget_images(self, digests) -> None:
-        """Tell every actor's scorer to forget these images (``run.variants.VariantImages`` does, once no row waits
-        for them: no shard in flight asks for them). Not waited for: an actor runs its calls in the order sent."""
+        """Tell every actor's scorer to forget these images (``run.scoring.variants.VariantImages`` does, once no row
+        waits for them: no shard in flight asks for them). Not waited for: an actor runs its calls in the order sent."""
         for slot in self.pool.slots:
             slot.actor.forget_images.remote(self.source, list(digests))
 

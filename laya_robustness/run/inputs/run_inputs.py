@@ -1,7 +1,7 @@
 """A run's rows: the sampled source rows of every dataset under ``--data`` with the user's rephrasings and
 translations attached, and the caption rows with the user's paraphrases; read once at the start of a run,
 and read again the same way from a finished run's meta (``reread_rows``: the report and the layerwise
-analysis rebuild what the run scored). Given an image store (``run.images.ImageStore``), the question rows'
+analysis rebuild what the run scored). Given an image store (``run.scoring.images.ImageStore``), the question rows'
 images wait in it, each decoded once at load for its content key; without one they are decoded and held."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from laya_robustness.loaders.variants import load_paraphrases, read_user_file
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import REPHRASINGS, TRANSLATIONS, Row, RowError
 from laya_robustness.run.errors import UsageError
-from laya_robustness.run.images import ImageStore, waiting_rows
+from laya_robustness.run.scoring.images import ImageStore, waiting_rows
 
 RowLike = TypeVar("RowLike")  # a Row, or a loader's SourceRow (row_id, dataset, load())
 #: The reading rules a run's meta records under ``inputs`` (``LoadSettings``' fields).
@@ -43,7 +43,7 @@ def load_source_rows(data: str | Path, rows_per_set: int, seed: int, settings: L
     """The sampled source rows of every dataset under ``data``, by dataset name (sorted).
 
     Every row is validated and every image checked from its header first; then every sampled row's
-    images are decoded, held (no ``store``) or only keyed and left waiting in ``store`` (``run.images``).
+    images are decoded, held (no ``store``) or only keyed and left waiting in ``store`` (``run.scoring.images``).
     Raises RowError for bad data, FileNotFoundError for none.
     """
     scanned = scan_rows(data, settings)
@@ -220,7 +220,7 @@ class RunInputs:
         if self._thresholds is None:
             from laya_robustness.gate.limits import run_limits
             from laya_robustness.gate.thresholds import ThresholdsError
-            from laya_robustness.run.invariance import INVARIANCE_CONDITIONS
+            from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
 
             def read():
                 try:
@@ -261,6 +261,6 @@ class RunInputs:
 
 def bad_input(flag: str, problem: object) -> UsageError:
     """A bad input file of option ``flag`` (the problem names its file, line and field)."""
-    from laya_robustness.run.options import bad_value
+    from laya_robustness.run.inputs.options import bad_value
 
     return bad_value(flag, problem)

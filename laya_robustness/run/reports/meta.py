@@ -10,17 +10,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from laya_robustness.run.device_names import device_name
-from laya_robustness.run.fingerprints import data_fingerprint
+from laya_robustness.run.inputs.fingerprints import data_fingerprint
 
 LIBRARIES = ("laya-robustness", "torch", "transformers", "tokenizers", "pillow", "numpy")
 
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What the meta blocks say of a run: its ``settings`` (``run.options.Settings``), question and caption rows by
-    dataset, the inputs' own meta (``RunInputs.spec.inputs_meta``), each scorer's identity by identity key, the
-    model's name, the project root and, per device, where it was scored when not in this process (the executor's
-    meta block, None for a local run)."""
+    """What the meta blocks say of a run: its ``settings`` (``run.inputs.options.Settings``), question and caption rows
+    by dataset, the inputs' own meta (``RunInputs.spec.inputs_meta``), each scorer's identity by identity key, the
+    model's name, the project root and, per device, where it was scored when not in this process (the executor's meta
+    block, None for a local run)."""
 
     settings: Any
     rows: Mapping[str, list]

@@ -30,7 +30,7 @@ from PIL import Image
 
 from laya_robustness.families import BUILD_THREADS, build_variants, get_family
 from laya_robustness.rows import PendingImage, Row, image_digest, remember_digest
-from laya_robustness.run.images import ImageSource, ImageStore, decoded_bytes, streamed_map
+from laya_robustness.run.scoring.images import ImageSource, ImageStore, decoded_bytes, streamed_map
 from laya_robustness.scoring.malloc import give_back_freed_memory
 
 #: Source rows of a pixel family under way at once on the build threads (their variants held until stored).
@@ -38,13 +38,12 @@ BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
 #: Variant images this process built (``built``: in ``family_variants``), kept in Ray's object store (``kept``),
 #: took from there (``fetched``) and built again where they were scored (``built_again``).
 IMAGE_COUNTS: Counter = Counter()
-_COUNTS_LOCK = threading.Lock()  # counted from the image threads (``run.images``) as well
+_COUNTS_LOCK = threading.Lock()  # counted from the image threads (``run.scoring.images``) as well
 #: Seconds an actor waits for variant images another actor keeps before it builds them itself.
 FETCH_TIMEOUT_S = 60.0
 #: Mean source-image pixels a row from which a pixel family is built on the build threads; below it, one thread
-#: builds faster, since the Python work between Pillow and numpy calls, which holds the GIL, outweighs the calls.
-#: On two cores, building every default pixel family: 64 x 64 images 8.5 s on one thread against 12.4 s on two,
-#: 128 x 96 0.44 s against 0.56 s, 256 x 192 1.12 s against 1.03 s, 640 x 480 3.0 s against 1.8 s.
+#: builds faster, since the Python work between Pillow and numpy calls, which holds the GIL, outweighs the calls
+#: (measured: docs/performance.md).
 PARALLEL_BUILD_MIN_PIXELS = 256 * 256
 
 
@@ -144,7 +143,8 @@ def image_counts() -> dict:
 
 class VariantBuild:
     """``make`` of one source row's variant images in family ``name``: the row's variants built again. It travels
-    (``run.images.ImageSource``) with the row and its images' sources, so a Ray actor builds them where it scores
+    (``run.scoring.images.ImageSource``) with the row and its images' sources, so a Ray actor builds them where it
+    scores
     them. ``ref``: where the actor that first built them keeps them (a Ray object of (content key, image) pairs,
     ``nbytes`` decoded): another actor takes them from there instead of building them again, and builds them again
     only when the object is gone (its owner lost); ``release`` lets it go."""

@@ -20,8 +20,8 @@ from laya_robustness.answers import normalize_answer
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES, calibrated_probs
 from laya_robustness.records import OPEN, UNPARSED_ANSWER, Record
 from laya_robustness.rows import Row
-from laya_robustness.run.images import rows_with_pixels
-from laya_robustness.run.journal import Journal, row_key
+from laya_robustness.run.scoring.images import rows_with_pixels
+from laya_robustness.run.scoring.journal import Journal, row_key
 from laya_robustness.scoring.base import Answer, capabilities
 
 #: Batches of the batch path per scoring chunk (the unit that is journaled, and that the progress bar counts).
@@ -169,8 +169,8 @@ def consecutive_chunks(start: int, total: int, size: int, last: bool = True) -> 
 
 
 class ChunksWithPixels(collections.abc.Sequence):
-    """The chunks of rows an executor scores, each given its pixels (``run.images.rows_with_pixels``) only when it
-    is asked for: a run's rows carry waiting images, and only the chunks in hand hold decoded ones."""
+    """The chunks of rows an executor scores, each given its pixels (``run.scoring.images.rows_with_pixels``) only when
+    it is asked for: a run's rows carry waiting images, and only the chunks in hand hold decoded ones."""
 
     def __init__(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]]):
         self.rows, self.chunks = rows, chunks

@@ -22,7 +22,7 @@ from laya_robustness.gate.catalogue import CHECKS
 from laya_robustness.gate.results import INVARIANCE
 from laya_robustness.predictions import predictions_bytes
 from laya_robustness.records import Record
-from laya_robustness.run.invariance import CONDITION_NAMES, DUAL_CONDITIONS, DUAL_PREFIX
+from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITIONS, DUAL_PREFIX
 from laya_robustness.run.outcome import DeviceReport, RunOutcome
 
 #: The files a run writes in a report folder (what a complete run cleans up when it does not rewrite them).
@@ -75,7 +75,8 @@ def device_report(device: str, folder: str, records: Mapping[str, Record], resul
     a condition."""
     ordered = tuple(records[k] for k in sorted(records))
     checks = {"meta": checks_meta, "results": ordered_results(results)} if records else None
-    invariance = None if conditions is None else {"meta": invariance_meta, "conditions": dict(sorted(conditions.items()))}
+    invariance = None if conditions is None else {"meta": invariance_meta,
+                                                  "conditions": dict(sorted(conditions.items()))}
     return DeviceReport(device, folder, summary if records else None, checks, invariance, ordered)
 
 

@@ -99,8 +99,8 @@ class ImageSource:
     a family, rebuilt), named ``what`` in errors; ``keep`` says whether what it makes is held in the store for
     later chunks (a source image, which every family reads) or only for the chunk that asked (a variant).
 
-    A source whose ``make`` is ``portable`` (``DecodeImage``, ``run.variants.VariantBuild``) travels with its rows
-    to a Ray actor, which makes the pixels there: it is pickled without its store (``store`` None: nothing held
+    A source whose ``make`` is ``portable`` (``DecodeImage``, ``run.scoring.variants.VariantBuild``) travels with its
+    rows to a Ray actor, which makes the pixels there: it is pickled without its store (``store`` None: nothing held
     until ``bind_images`` gives it the actor's) and with ``make.travelling()``."""
 
     def __init__(self, store: ImageStore | None, make: Callable[[], Sequence[Image.Image]], what: str,
