@@ -31,7 +31,7 @@ from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITI
 from laya_robustness.run.scoring.journal import JOURNAL_DIR
 from laya_robustness.run.reports.lock import RunIdentity, claim_or_say_why, release
 from laya_robustness.run.judged import JudgedTally
-from laya_robustness.run.inputs.options import OPTIONS, by_field, default_of, parse_settings
+from laya_robustness.run.inputs.options import OPTIONS, InMemoryModel, by_field, default_of, parse_settings
 from laya_robustness.run.outcome import Ending, RunOutcome
 from laya_robustness.run.scope import Scope
 from laya_robustness.scoring.in_memory import device_mismatch, processor_mismatch, unwrapped
@@ -101,22 +101,10 @@ class GateResult:
         return list(done.paths)
 
 
-def _text(name: str, value: Any) -> str:
-    """An argument's value as the option's text (``families=["a", "b"]`` -> ``a,b``; True -> ``yes``)."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if value is None:
-        return "auto" if name == "journal" else "none"
-    if isinstance(value, Mapping):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value))
-    return str(value)
-
-
-def option_texts(arguments: Mapping[str, Any]) -> dict[str, str]:
-    """The options' raw texts from ``run_gate``'s arguments (an unknown one: TypeError naming it)."""
-    raw = {}
+def given_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_gate``'s arguments by their options' flags, their values as given (``Option.take`` checks each as it
+    is); an unknown argument is a TypeError naming it."""
+    given = {}
     for name, value in arguments.items():
         try:
             opt = by_field(name)
@@ -126,8 +114,8 @@ def option_texts(arguments: Mapping[str, Any]) -> dict[str, str]:
             close = difflib.get_close_matches(name, [o.field for o in OPTIONS], n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise TypeError(f"run_gate() got an unexpected argument {name!r}{hint}") from None
-        raw[opt.flag] = _text(name, value)
-    return raw
+        given[opt.flag] = value
+    return given
 
 
 class _Tracker:
@@ -184,22 +172,20 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
              "scoring_path": scoring_path, "baseline": baseline, "resume": resume or None, **options}
     given = {k: v for k, v in given.items() if v is not None}
     if in_memory:  # scored as it stands: no dual encoder goes with it, and no known limitation of a checkpoint
-        given["model"] = getattr(model, "name_or_path", "") or "in-memory"
+        given["model"] = InMemoryModel(model, processor)
         given.setdefault("device", str(getattr(model, "device", "cpu")))
         given.setdefault("dual_model", "none")
         given.setdefault("limitations", "none")
     root = Path(root) if root is not None else Path.cwd()
     scratch = None if report_dir is not None else Path(tempfile.mkdtemp(prefix="laya-run-"))
     given["report_dir"] = report_dir if report_dir is not None else scratch
-    raw = option_texts(given)
+    values = given_options(given)
     try:
-        settings = parse_settings(raw, root=root, cwd=Path.cwd(), model_given="model" in given,
-                                  given=list(raw))
+        settings = parse_settings(values, root=root, cwd=Path.cwd(), model_given="model" in given, given=list(values))
     except UsageError as exc:
         _remove(scratch)
         raise exc.for_arguments() from None
-    run = GateRun(settings, root=root, progress=_progress(progress), model_object=model if in_memory else None,
-                  processor=processor)
+    run = GateRun(settings, root=root, progress=_progress(progress))
     if in_memory and run.models.run_executor.holds_scorers:
         _remove(scratch)
         raise UsageError("executor: a model loaded in memory is scored in this process: executor='local'")

@@ -33,12 +33,12 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from laya_robustness.api import GateResult, check_processor, judge_run, option_texts
+from laya_robustness.api import GateResult, check_processor, given_options, judge_run
 from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.inputs.run_inputs import RunInputs
-from laya_robustness.run.inputs.options import parse_settings
+from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
 from laya_robustness.summary import headlines
 
 logger = logging.getLogger(__name__)
@@ -82,9 +82,9 @@ class RobustnessCallback(TrainerCallback):
         given = {"data": data, "families": families, "rows_per_set": rows_per_set, "seed": seed,
                  "thresholds": thresholds, "limitations": "none", **options, "dual_model": "none",
                  "report_dir": report_dir}
-        raw = option_texts({k: v for k, v in given.items() if v is not None})
+        values = given_options({k: v for k, v in given.items() if v is not None})
         try:
-            self.settings = parse_settings(raw, root=self.root, model_given=False)
+            self.settings = parse_settings(values, root=self.root, model_given=False)
         except UsageError as exc:
             raise exc.for_arguments() from None
         self.every, self.stop_on_fail, self.invariance = every, stop_on_fail, invariance
@@ -167,10 +167,10 @@ class RobustnessCallback(TrainerCallback):
         """The gate's result on ``model`` (with ``processor``) as it stands, its reports in ``checkpoint-<step>/``."""
         _require_processor(processor)
         device = str(next(model.parameters()).device)
+        in_memory = InMemoryModel(model, processor)
         settings = dataclasses.replace(self.settings, report_dir=self.settings.report_dir / f"checkpoint-{step}",
-                                       device=device, model_name=getattr(model, "name_or_path", "") or "in-memory")
-        run = GateRun(settings, root=self.root, model_object=model, processor=processor, inputs=self._inputs,
-                      variants=self._variants)
+                                       device=device, model_name=in_memory.name, model=None, in_memory=in_memory)
+        run = GateRun(settings, root=self.root, inputs=self._inputs, variants=self._variants)
         self._inputs = run.inputs
         try:
             result = judge_run(run, self.invariance, write=True)

@@ -79,13 +79,24 @@ def parse_data_map(text: str) -> dict[str, str]:
     """
     if text.strip().lower() in _NONE:
         return {}
-    out: dict[str, str] = {}
+    pairs = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         name, sep, column = (s.strip() for s in part.partition("="))
         if not sep or not name:
             raise ValueError(f"{part!r} is not field=column (e.g. question=prompt,options=choices)")
+        pairs.append((name, column))
+    return data_map_of(pairs)
+
+
+def data_map_of(pairs) -> dict[str, str]:
+    """``{field: column}`` from (field, column) pairs (a mapping's items, or ``parse_data_map``'s), each field a
+    row field mapped once, each column a string."""
+    out: dict[str, str] = {}
+    for name, column in pairs:
+        if not isinstance(name, str) or not isinstance(column, str):
+            raise ValueError(f"{name!r}: {column!r} is not a row field and a column name")
         if name not in RECORD_FIELDS:
             close = difflib.get_close_matches(name, RECORD_FIELDS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -103,20 +103,20 @@ class GateRun:
 
     ``root``: the project root (the embedded default's files, the code commit in the reports); ``run``: the run
     this process belongs to (an xdist worker shares its controller's), ``worker``: its xdist worker id;
-    ``progress`` makes a tracker per scored cell; ``model_object`` / ``processor``: a transformers model loaded in
-    memory, scored as it stands instead of ``settings.model``. ``inputs`` may come from an earlier run of the same
-    rows, and ``variants`` (a dict) keeps the rows each family scores for a later one (a model gated again as it
-    trains), so the rows are read and the variants built once (not those of a family that holds decoded images).
+    ``progress`` makes a tracker per scored cell (a model loaded in memory comes in ``settings.in_memory``).
+    ``inputs`` may come from an earlier run of the same rows, and ``variants`` (a dict) keeps the rows each family
+    scores for a later one (a model gated again as it trains), so the rows are read and the variants built once (not
+    those of a family that holds decoded images).
     """
 
     def __init__(self, settings, *, root: Path, run: RunIdentity | None = None, worker: str | None = None,
-                 progress: Progress | None = None, model_object=None, processor=None, inputs: RunInputs | None = None,
+                 progress: Progress | None = None, inputs: RunInputs | None = None,
                  variants: dict | None = None):
         self._settings, self._root = settings, Path(root)
         self._run_identity, self._worker = run or RunIdentity.this_process(), worker
         self._progress: Progress = progress or (lambda device, label, total: Quiet())
         self._harness_errors: list[str] = []
-        self._models = RunScorers(settings, self._root, self._harness_errors, model_object, processor)
+        self._models = RunScorers(settings, self._root, self._harness_errors)
         self._inputs = inputs or RunInputs(settings, self._models.probes_captions(settings.families))
         self._variants = variants  # (family, dataset) -> its rows, kept for a later run (None: none kept)
         self._kept_freed_memory = False  # whether malloc keeps freed memory (scoring.malloc), set by the caller

@@ -25,18 +25,19 @@ def served_without_dual(what: str) -> str:
 
 
 class RunScorers:
-    """A run's models and where they score: the question model (``settings.model``, or ``model_object`` loaded in
-    memory with its ``processor``) and the dual encoder its caption families probe, each loaded once per device
+    """A run's models and where they score: the question model (``settings.model``, or ``settings.in_memory``: a
+    model loaded in memory with its processor) and the dual encoder its caption families probe, each loaded once per device
     in this process, or held where ``run_executor`` scores (``--executor``: a pool of Ray actors per device), to
     which the scoring is delegated. A failed load is remembered and not retried; its message goes to ``errors``
     (the run's harness errors). ``root``: where the embedded default lives (the project root)."""
 
-    def __init__(self, settings, root: Path, errors: list[str], model_object=None, processor=None):
+    def __init__(self, settings, root: Path, errors: list[str]):
         self.settings, self.root, self.errors = settings, Path(root), errors
         # a model in memory is scored as the transformers model under its wrappers (a peft model's base, its
         # adapters in place)
-        self.model_object = None if model_object is None else unwrapped(model_object)
-        self.processor = processor
+        in_memory = settings.in_memory
+        self.model_object = None if in_memory is None else unwrapped(in_memory.model)
+        self.processor = None if in_memory is None else in_memory.processor
         self._scorers: dict[str, object] = {}
         self._load_errors: dict[str, tuple[str, bool]] = {}  # identity key -> why its scorer could not load, fatal?
         self.identities: dict[str, dict] = {}  # identity key -> the loaded scorer's identity (also from workers)
@@ -192,8 +193,11 @@ class RunScorers:
         return self._load_failed(identity_key(device, source), self.source_model(source), device, exc)
 
     def source_model(self, source: str) -> str | None:
-        """The model scoring ``source`` rows: the dual encoder for captions, else the model."""
-        return self.dual_model if source == "captions" else self.settings.model
+        """The model scoring ``source`` rows: the dual encoder for captions, else the model (a model in memory by
+        its name)."""
+        if source == "captions":
+            return self.dual_model
+        return self.settings.model_name if self.model_object is not None else self.settings.model
 
     @property
     def cluster(self):

@@ -7,8 +7,9 @@ is loaded or any row is read.
 from __future__ import annotations
 
 import math
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
@@ -21,7 +22,12 @@ from laya_robustness.embedded import (
 )
 from laya_robustness.families import default_families, family_names
 from laya_robustness.gate.limits import resolve_limitations
-from laya_robustness.loaders.settings import parse_allow_outside_data, parse_data_map, parse_max_image_pixels
+from laya_robustness.loaders.settings import (
+    data_map_of,
+    parse_allow_outside_data,
+    parse_data_map,
+    parse_max_image_pixels,
+)
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, parse_ray_address
 from laya_robustness.run.executors.registry import executor_entry, executor_names
@@ -44,11 +50,19 @@ def _int(low: int) -> Callable[[str], int]:
             value = int(text)
         except ValueError:
             raise ValueError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise ValueError(f"{value} is below {low}")
-        return value
+        return integer_at_least(value, low)
 
+    parse.low = low  # a Python int is checked against the same bound (``Option.take``)
     return parse
+
+
+def integer_at_least(value: object, low: int) -> int:
+    """``value`` if it is an int (not a bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not an integer")
+    if value < low:
+        raise ValueError(f"{value} is below {low}")
+    return value
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -121,46 +135,120 @@ def parse_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a number of seconds") from None
+    return seconds_of(value)
+
+
+def seconds_of(value: object) -> float:
+    """``value`` as seconds, if it is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number of seconds")
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{text} is not a number of seconds > 0")
-    return value
+        raise ValueError(f"{value:g} is not a number of seconds > 0")
+    return float(value)
 
 
 def parse_families(text: str) -> tuple[str, ...]:
     """Comma-separated family names, each known ("did you mean" otherwise), no duplicates."""
+    return families_named([f.strip() for f in text.split(",") if f.strip()], text)
+
+
+def families_named(names, given: object = None) -> tuple[str, ...]:
+    """``names`` (family names: a list, a tuple), each known ("did you mean" otherwise), no duplicates;
+    ``given``: what the user gave, named in the error about a duplicate."""
     import difflib
 
-    names = tuple(f.strip() for f in text.split(",") if f.strip())
+    names = tuple(names)
     if not names:
         raise ValueError("no family given")
     known = family_names()
     for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"{name!r} is not a family name")
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ValueError(f"unknown family {name!r}{hint} (known: {', '.join(known)})")
     if len(set(names)) != len(names):
-        raise ValueError(f"a family is named twice in {text!r}")
+        raise ValueError(f"a family is named twice in {given if given is not None else list(names)!r}")
     return names
 
 
 def parse_temperatures(text: str) -> dict[str, float]:
     """``"choice=2.2,noul=2.13"`` -> ``{"choice": 2.2, "noul": 2.13, "score": 1.0}``; each finite and > 0."""
-    out = dict.fromkeys(PRIMITIVE_TEMPERATURES, 1.0)
+    given: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = part.partition("=")
-        if name not in out:
+        if name not in PRIMITIVE_TEMPERATURES:
             raise ValueError(f"unknown primitive {name!r} (known: {', '.join(PRIMITIVE_TEMPERATURES)})")
         try:
-            number = float(value) if sep else None
+            given[name] = float(value) if sep else None
         except ValueError:
-            number = None
-        if number is None:
+            given[name] = None
+        if given[name] is None:
             raise ValueError(f"{part!r} is not primitive=number")
+    return temperatures_of(given)
+
+
+def temperatures_of(given: Mapping[str, float]) -> dict[str, float]:
+    """Every primitive's temperature: ``given``'s (primitive -> a finite number > 0), 1.0 for the others."""
+    out = dict.fromkeys(PRIMITIVE_TEMPERATURES, 1.0)
+    for name, number in given.items():
+        if name not in out:
+            raise ValueError(f"unknown primitive {name!r} (known: {', '.join(PRIMITIVE_TEMPERATURES)})")
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ValueError(f"the temperature of {name} is not a number: {number!r}")
         if not (math.isfinite(number) and number > 0):
-            raise ValueError(f"the temperature of {name} must be a finite number > 0, got {value}")
-        out[name] = number
+            raise ValueError(f"the temperature of {name} must be a finite number > 0, got {number:g}")
+        out[name] = float(number)
     return out
+
+
+def _switch_of(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{value!r} is not yes or no (True or False)")
+
+
+def _sequence_of_families(value: object) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{value!r} is not a list of family names")
+    return families_named(value, value)
+
+
+def _mapping(check: Callable[[Mapping], Any]) -> Callable[[object], Any]:
+    def take(value: object):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{value!r} is not a mapping")
+        return check(value)
+
+    return take
+
+
+#: How each option parser's Python value is checked (``Option.take``): a typed value is never rendered to text.
+TYPED_VALUES: dict[Callable, Callable[[object], Any]] = {
+    parse_switch: _switch_of,
+    parse_allow_outside_data: _switch_of,
+    parse_seconds: seconds_of,
+    parse_actors: lambda value: integer_at_least(value, 1),
+    parse_max_image_pixels: lambda value: integer_at_least(value, 1),
+    parse_families: _sequence_of_families,
+    parse_temperatures: _mapping(temperatures_of),
+    parse_data_map: _mapping(lambda value: data_map_of(value.items())),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class InMemoryModel:
+    """A transformers model loaded in memory with its processor: a source of the model like a directory or a hub
+    id (``run_gate(model)``, the Trainer callback), scored as it stands."""
+
+    model: Any
+    processor: Any
+
+    @property
+    def name(self) -> str:
+        """The name a run records it under: the model's ``name_or_path``, else ``in-memory``."""
+        return getattr(self.model, "name_or_path", "") or "in-memory"
 
 
 @dataclass(frozen=True)
@@ -171,6 +259,8 @@ class Option:
     parse: Callable[[str], Any] = _text
     switch: bool = False  # given alone on the command line (``--resume``); ini: yes / no
     example: str = ""  # a value to type when one is wrong (default: the default)
+    none: str = "none"  # what a Python None stands for
+    objects: tuple[type, ...] = ()  # Python objects taken as they are (an in-memory model for --model)
 
     @property
     def dest(self) -> str:
@@ -184,10 +274,30 @@ class Option:
         """What to type for this option: ``--seed 0``, or the switch alone."""
         return self.flag if self.switch else f"{self.flag} {self.example or self.default}"
 
+    def take(self, value: Any) -> Any:
+        """The option's value from what was given: its text (the command line, an ini file), parsed; or a Python
+        value (``run_gate``'s and the callback's arguments), checked as it is (``TYPED_VALUES``; a path as its
+        ``os.fspath``) and never rendered to text to be parsed again. None stands for the option's ``none``
+        (``auto`` for --journal). A bad value raises ValueError saying why."""
+        if isinstance(value, str):
+            return self.parse(value)
+        if value is None:
+            return self.parse(self.none)
+        if self.objects and isinstance(value, self.objects):
+            return value
+        low = getattr(self.parse, "low", None)
+        if low is not None:
+            return integer_at_least(value, low)
+        if self.parse in TYPED_VALUES:
+            return TYPED_VALUES[self.parse](value)
+        if isinstance(value, os.PathLike):
+            return self.parse(os.fspath(value))
+        raise ValueError(f"{value!r} is not text (a {type(value).__name__})")
+
 
 OPTIONS = (
     Option("--model", EMBEDDED_MODEL, "hub id or local directory of the model to gate",
-           example="HuggingFaceTB/SmolVLM-256M-Instruct"),
+           example="HuggingFaceTB/SmolVLM-256M-Instruct", objects=(InMemoryModel,)),
     Option("--data", EMBEDDED_DATA, "JSONL manifest, VLMEvalKit TSV, parquet file, datasets.save_to_disk directory, "
            "or a directory of them", example="path/to/rows.jsonl"),
     Option("--rows-per-set", "0", "source rows sampled per dataset with the seed (0: every row)", _int(0)),
@@ -250,7 +360,7 @@ OPTIONS = (
     Option("--baseline", "none", "predictions.jsonl.gz of an earlier run (the last release): adds the paired "
            "comparison with it and the regression checks (max_regression, max_flip_regression), or none"),
     Option("--journal", "auto", "folder of the scoring journal --resume reads (auto: <report-dir>/journal, removed "
-           "once a run completes; a folder you name is kept, so runs can share it)"),
+           "once a run completes; a folder you name is kept, so runs can share it)", none="auto"),
     Option("--resume", "no", "reuse the records a killed or interrupted run journaled under --report-dir (same "
            "rows, model and settings) and score only the rest", parse_switch, switch=True),
     Option("--data-map", "none", "field=column pairs naming the parquet / datasets columns that hold row fields, "
@@ -268,7 +378,7 @@ OPTIONS = (
            "auto (the cluster this machine belongs to, or RAY_ADDRESS), the head's host:port, or ray://host:port",
            parse_ray_address),
     Option("--ray-actors", "auto", "scoring actors of --executor ray: a number, or auto (one per GPU of the cluster "
-           "for a cuda device, else 2)", parse_actors),
+           "for a cuda device, else 2)", parse_actors, none="auto"),
     Option("--allow-outside-data", "no", "yes: read image paths that are absolute or lead out of the --data "
            "directory (no: refuse them)", parse_allow_outside_data),
 )
@@ -345,6 +455,8 @@ class Settings:
     ray_actors: int | None  # None: one per GPU of the cluster for a cuda device, else 2
     # what the run says about its known limitations: measured on other weights (applied as asked, or not applied)
     limitations_note: str | None = None
+    # the model, when it is one loaded in memory (``model`` is then None and ``model_name`` its name)
+    in_memory: InMemoryModel | None = field(default=None, compare=False, repr=False)
 
 
 def checkpoint(text: str, bases: tuple[Path, ...]) -> str:
@@ -383,33 +495,39 @@ def check_served(values: dict) -> None:
                         f"--scorer {SERVED_SCORER} --endpoint http://127.0.0.1:8000/v1")
 
 
-def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = None, model_given: bool = True,
+def parse_settings(given_values: Mapping[str, Any], *, root: Path, cwd: Path | None = None, model_given: bool = True,
                    given: Collection[str] = (), xdist_workers: object = None) -> Settings:
-    """Parse every option from its raw text (``raw``: flag -> text; a flag left out takes its default); a bad
-    value raises UsageError naming the option. Relative paths are resolved against ``root``; a relative model
-    directory against ``root``, then ``cwd``. ``model_given``: ``--model`` was set (a served model left without
-    one is the endpoint's only model); ``given``: the flags that were set on the command line or as arguments
-    (an executor's own options given to another: ``check_executor``); ``xdist_workers``: ``-n``."""
+    """Every option from what was given (``given_values``: flag -> its text, or a Python value: ``Option.take``; a
+    flag left out takes its default); a bad value raises UsageError naming the option. Relative paths are resolved
+    against ``root``; a relative model directory against ``root``, then ``cwd``. ``--model`` may be an
+    ``InMemoryModel``. ``model_given``: ``--model`` was set (a served model left without one is the endpoint's only
+    model); ``given``: the flags that were set on the command line or as arguments (an executor's own options
+    given to another: ``check_executor``); ``xdist_workers``: ``-n``."""
     values: dict[str, Any] = {}
     for opt in OPTIONS:
-        text = raw.get(opt.flag, opt.default)
         try:
-            values[opt.field] = opt.parse(text)
+            values[opt.field] = opt.take(given_values.get(opt.flag, opt.default))
         except ValueError as exc:
             raise bad_value(opt.flag, exc) from None
     check_executor(values, given, xdist_workers)
     resolve = lambda text: resolved(root, text)  # noqa: E731
     bases = (root, cwd or Path.cwd())
     model_name = values.pop("model")
+    in_memory = model_name if isinstance(model_name, InMemoryModel) else None
     served = values["scorer"] == SERVED_SCORER
-    if served:  # the server's model id, as it is; omitted: the endpoint's only model
+    if in_memory is not None:  # scored as it stands, by the hf scorer
+        if values["scorer"] != "hf":
+            raise bad_value("--scorer", f"{values['scorer']!r}: a model loaded in memory is scored by the hf scorer",
+                            "--scorer hf")
+        model_name, model = in_memory.name, None
+    elif served:  # the server's model id, as it is; omitted: the endpoint's only model
         check_served(values)
         model_name = model_name if model_given else AUTO_MODEL
         model = None if model_name == AUTO_MODEL else model_name
     else:
         model = checkpoint(model_name, bases)
     data = resolve(values.pop("data"))
-    # the weights behind a server are not known: auto applies no overlay to a served model
+    # the weights behind a server or in memory are not known here: auto applies no overlay to them
     limitations, limitations_note = resolve_limitations(values.pop("limitations"), None if served else model, data,
                                                         root=root)
     dual = values.pop("dual_model")
@@ -430,7 +548,7 @@ def parse_settings(raw: Mapping[str, str], *, root: Path, cwd: Path | None = Non
         captions=resolve(values.pop("captions")), dual_model=None if dual == "none" else dual,
         paraphrases=None if paraphrases == "none" else resolve(paraphrases),
         thresholds=resolve(values.pop("thresholds")), report_dir=resolve(values.pop("report_dir")),
-        **values,
+        in_memory=in_memory, **values,
     )
 
 
