@@ -37,7 +37,6 @@ class RunScorers:
         # adapters in place)
         in_memory = settings.in_memory
         self.model_object = None if in_memory is None else unwrapped(in_memory.model)
-        self.processor = None if in_memory is None else in_memory.processor
         self._scorers: dict[str, object] = {}
         self._load_errors: dict[str, tuple[str, bool]] = {}  # identity key -> why its scorer could not load, fatal?
         self.identities: dict[str, dict] = {}  # identity key -> the loaded scorer's identity (also from workers)
@@ -127,16 +126,8 @@ class RunScorers:
         return self.harness_error(message, stops_run(exc))
 
     def _load(self, device: str, source: str):
-        if source == "rows" and self.model_object is not None:
-            from laya_robustness.scoring.factory import load_scorer
-
-            s = self.settings
-            return load_scorer("hf", self.model_object, processor=self.processor, device=device,
-                               precision=s.precision, batch_size=s.batch_size,
-                               attn_implementation=s.attn_implementation, feature_cache_bytes=s.feature_cache_mb << 20,
-                               pixel_cache_bytes=s.pixel_cache_mb << 20, prefix_cache_bytes=s.prefix_cache_mb << 20)
-        model = self.source_model(source)
-        return load_source_scorer(self.settings, model, device, dual=source == "captions" or self.model_is_dual)
+        return load_source_scorer(self.settings, self.source_model(source), device,
+                                  dual=source == "captions" or self.model_is_dual)
 
     def scorer(self, device: str, source: str = "rows"):
         """The model scoring ``source`` rows on ``device`` (the dual encoder for captions), loaded once; a failed

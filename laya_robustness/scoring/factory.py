@@ -1,5 +1,6 @@
 """Which scorer a run uses: the Hugging Face scorer (``hf``: a checkpoint, or a model object in memory), a model
-behind an OpenAI-compatible server (``openai``) or a plug-in factory (``module:function``)."""
+behind an OpenAI-compatible server (``openai``), a CLIP / SigLIP dual encoder probed on caption rows (``dual``) or
+a plug-in factory (``module:function``): every scorer of a run is made here."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from laya_robustness.scoring.cache import (
 
 #: The ``--scorer`` of a model behind an OpenAI-compatible chat endpoint (``scoring.served``).
 SERVED_SCORER = "openai"
+#: The scorer of a CLIP / SigLIP dual encoder (``scoring.dual``): the lgip families probe it on caption rows.
+DUAL_SCORER = "dual"
 
 
 def load_scorer(spec: str, model, *, device: str | None = None, precision: str = "auto", batch_size: int = 16,
@@ -24,7 +27,9 @@ def load_scorer(spec: str, model, *, device: str | None = None, precision: str =
                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES, served: dict | None = None, processor=None):
     """``hf``: a Hugging Face image-text-to-text model; ``openai``: ``model`` (None: the endpoint's only model)
     behind the OpenAI-compatible endpoint of ``served`` (``ServedScorer.connect``'s keywords: ``endpoint``,
-    ``api_key_env``, ``concurrency``, ``timeout_s``); ``module:function``: a plug-in factory.
+    ``api_key_env``, ``concurrency``, ``timeout_s``); ``dual``: a CLIP / SigLIP hub id or directory
+    (``DualEncoderScorer``: precision, batch size and attention apply, the caches do not); ``module:function``: a
+    plug-in factory.
 
     With ``hf``, ``model`` is a hub id or a checkpoint directory, or a loaded model object scored as it stands
     (``HFVLMScorer.from_model``: ``processor`` is then required, ``device`` defaults to the model's own and the
@@ -50,6 +55,11 @@ def load_scorer(spec: str, model, *, device: str | None = None, precision: str =
         raise ValueError(f"processor goes with a loaded model object (scorer 'hf'); scorer {spec!r} with model "
                          f"{model!r} loads its own")
     device = device or "cpu"
+    if spec == DUAL_SCORER:
+        from laya_robustness.scoring.dual import DualEncoderScorer
+
+        return DualEncoderScorer.from_pretrained(model, device=device, precision=precision, batch_size=batch_size,
+                                                 attn_implementation=attn_implementation)
     if spec == "hf":
         from laya_robustness.scoring.hf import HFVLMScorer
 

@@ -57,22 +57,23 @@ def identity_key(device: str, source: str) -> str:
     return device if source == "rows" else f"{device}/dual"
 
 
-def load_source_scorer(settings, model: str, device: str, dual: bool):
-    """The scorer of one row source on ``device``: a dual encoder (``dual``) or the run's ``--scorer`` (hf, a served
-    model, or a plug-in), with the run's precision, batch size, attention and cache bounds (``settings``: the run's
-    parsed options). Raises whatever loading raises."""
+def load_source_scorer(settings, model, device: str, dual: bool):
+    """The scorer of one row source on ``device``, made by the scorer factory (``scoring.factory.load_scorer``): a
+    dual encoder (``dual``), or the run's ``--scorer`` (hf, a served model, or a plug-in) on ``model`` (a hub id or
+    a directory; the model in memory of ``settings.in_memory``, as it stands), with the run's precision, batch
+    size, attention and cache bounds (``settings``: the run's parsed options). Raises whatever loading raises."""
+    from laya_robustness.scoring.factory import DUAL_SCORER, SERVED_SCORER, load_scorer
+
     s = settings
-    if dual:
-        from laya_robustness.scoring.dual import DualEncoderScorer
+    in_memory = None if dual else s.in_memory
+    if in_memory is not None:
+        from laya_robustness.scoring.in_memory import unwrapped
 
-        return DualEncoderScorer.from_pretrained(model, device=device, precision=s.precision, batch_size=s.batch_size,
-                                                 attn_implementation=s.attn_implementation)
-    from laya_robustness.scoring.factory import load_scorer
-
+        model = unwrapped(in_memory.model)  # the transformers model under its wrappers (a peft model's base)
+    spec = DUAL_SCORER if dual else s.scorer
     served = {"endpoint": s.endpoint, "api_key_env": s.api_key_env, "concurrency": s.concurrency,
-              "timeout_s": s.request_timeout}
-    return load_scorer(s.scorer, model, device=device, precision=s.precision, batch_size=s.batch_size,
+              "timeout_s": s.request_timeout} if spec == SERVED_SCORER else None
+    return load_scorer(spec, model, device=device, precision=s.precision, batch_size=s.batch_size,
                        attn_implementation=s.attn_implementation, feature_cache_bytes=s.feature_cache_mb << 20,
                        pixel_cache_bytes=s.pixel_cache_mb << 20, prefix_cache_bytes=s.prefix_cache_mb << 20,
-                       served=served)
-
+                       served=served, processor=None if in_memory is None else in_memory.processor)
