@@ -37,8 +37,8 @@ from laya_robustness.api import GateResult, check_processor, given_options, judg
 from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
-from laya_robustness.run.inputs.run_inputs import RunInputs
 from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
+from laya_robustness.run.inputs.run_inputs import RunInputs
 from laya_robustness.summary import headlines
 
 logger = logging.getLogger(__name__)

@@ -73,7 +73,7 @@ def _state_attributes() -> set[str]:
 
 def test_nothing_outside_the_run_reads_or_writes_its_state():
     state = _state_attributes()
-    assert {"_records", "_results", "_harness_errors"} <= state  # the check below looks for the right names
+    assert {"_held", "_settings", "_models", "_inputs"} <= state  # the check below looks for the right names
     reached = []
     for path in PACKAGE.rglob("*.py"):
         if path == PACKAGE / "run" / "gate_run.py":
@@ -84,3 +84,11 @@ def test_nothing_outside_the_run_reads_or_writes_its_state():
                 if owner in ("run", "_run"):
                     reached.append(f"{path.relative_to(ROOT)}:{node.lineno} {owner}.{node.attr}")
     assert reached == []
+
+
+def test_what_a_run_holds_is_read_only_where_the_run_hands_it():
+    """``run.held.Held`` is made by the run and handed to its scoring (``run.planned``) and to the report maker
+    (``run.reports.data_files.device_reports``); no other module imports it."""
+    importers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                       if "laya_robustness.run.held" in p.read_text() and p.name != "held.py")
+    assert importers == ["run/gate_run.py", "run/reports/data_files.py"]

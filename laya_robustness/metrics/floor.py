@@ -22,8 +22,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from laya_robustness.metrics.calibration import ece
 from laya_robustness.metrics import rounded
+from laya_robustness.metrics.calibration import ece
 from laya_robustness.records import NO_PROBABILITIES, Record, generation_only
 from laya_robustness.rng import keyed_rng
 

@@ -17,8 +17,8 @@ from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.gate_run import GateRun, Skipped, decided_nothing
 from laya_robustness.run.judged import JudgedTally, NothingJudged
-from laya_robustness.run.reports.lock import RunIdentity
 from laya_robustness.run.outcome import RunOutcome
+from laya_robustness.run.reports.lock import RunIdentity
 
 GPU_DEVICE = "cuda"
 #: The key of the controller's run identity in an xdist worker's ``workerinput``.

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from laya_robustness.report.render import REPORT_HTML, SUMMARY_MD, render_report
 from laya_robustness.run.files import write_all
-from laya_robustness.run.scoring.journal import JOURNAL_DIR
 from laya_robustness.run.outcome import RunOutcome
 from laya_robustness.run.reports.data_files import data_files, remove_stale, report_targets
+from laya_robustness.run.scoring.journal import JOURNAL_DIR
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from laya_robustness.gate.limits import resolve_limitations, run_limits
 from laya_robustness.gate.thresholds import ThresholdsError
 from laya_robustness.run.files import write_all
-from laya_robustness.run.scoring.images import ImageStore
 from laya_robustness.run.inputs.run_inputs import reread_rows
+from laya_robustness.run.scoring.images import ImageStore
 from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
 from laya_robustness.summary import summary_datasets
 

@@ -1,7 +1,7 @@
-"""One gate run's state and its work, without pytest: ``GateRun`` scores each (family, dataset, device) cell once
-(journaled chunk by chunk), judges its limits, runs the invariance conditions and the --baseline comparison, and
-keeps what the reports are made of (records, check results, invariance stats, summaries, the report folder's
-lock). The pytest plugin turns its answers into test outcomes; ``run_gate`` runs every cell in turn.
+"""One gate run and its work, without pytest: ``GateRun`` scores each (family, dataset, device) cell once
+(``run.planned``: journaled chunk by chunk), judges its limits, runs the invariance conditions and the --baseline
+comparison, keeps what it holds (``run.held``) and ends itself: ``finish(Ending)`` returns the ``RunOutcome`` every
+adapter reads. The pytest plugin turns its answers into test outcomes; ``run_gate`` runs every cell in turn.
 
 A check that cannot run here raises ``Skipped`` with the reason (pytest shows it as a skip); a judged cell comes
 back as a ``CellCheck``, ``InvarianceCheck`` or ``RegressionCheck`` holding the results, which the caller turns
@@ -21,20 +21,18 @@ from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.records import ORIG, Record
-from laya_robustness.run.scoring.cells import CellBuildError
-from laya_robustness.run.errors import UsageError, stops_run
-from laya_robustness.run.scoring.images import rows_with_pixels
+from laya_robustness.run.held import Held
 from laya_robustness.run.inputs.run_inputs import RunInputs
-from laya_robustness.run.scoring.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
-from laya_robustness.run.scoring.journal import JOURNAL_DIR, open_journal
-from laya_robustness.run.reports.lock import Lease, RunIdentity, claim_or_say_why, release
-from laya_robustness.run.reports.meta import RunFacts, invariance_meta, run_meta
-from laya_robustness.run.scoring.models import identity_key
-from laya_robustness.run.outcome import DeviceReport, Ending, RunOutcome, incomplete_reason
+from laya_robustness.run.outcome import Ending, RunOutcome, incomplete_reason
 from laya_robustness.run.planned import PlannedCells
-from laya_robustness.run.reports.data_files import device_folders, device_report
-from laya_robustness.run.scope import Scope, cut_short, decide_scope
+from laya_robustness.run.reports.data_files import device_reports
+from laya_robustness.run.reports.lock import FolderHold, RunIdentity
+from laya_robustness.run.reports.meta import RunFacts
+from laya_robustness.run.scope import cut_short
 from laya_robustness.run.scorers import RunScorers, served_without_dual
+from laya_robustness.run.scoring.images import rows_with_pixels
+from laya_robustness.run.scoring.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
+from laya_robustness.run.scoring.models import identity_key
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 
@@ -115,25 +113,17 @@ class GateRun:
         self._settings, self._root = settings, Path(root)
         self._run_identity, self._worker = run or RunIdentity.this_process(), worker
         self._progress: Progress = progress or (lambda device, label, total: Quiet())
-        self._harness_errors: list[str] = []
-        self._models = RunScorers(settings, self._root, self._harness_errors)
+        self._held = Held()  # records, cells scored and judged, results, invariance stats, errors (``run.held``)
+        self._models = RunScorers(settings, self._root, self._held.harness_errors)
         self._inputs = inputs or RunInputs(settings, self._models.probes_captions(settings.families))
         self._variants = variants  # (family, dataset) -> its rows, kept for a later run (None: none kept)
         self._kept_freed_memory = False  # whether malloc keeps freed memory (scoring.malloc), set by the caller
-        self._lock_notes: list[str] = []  # what claiming the report folder's lock did (a stale lock taken over)
-        self._lease: Lease | None = None
-        self._scored: set[tuple[str, str, str]] = set()  # (family, dataset, device) scored in this process
-        self._records: dict[str, dict[str, Record]] = {}  # device -> row_id -> record
-        self._cell_records: dict[tuple, list[Record]] = {}  # (device, family, dataset) -> its records, once scored
-        self._results: list[dict] = []  # check results of this process
-        self._judged: set[tuple[str, str, str]] = set()  # (family, dataset, device) whose check reached a verdict
+        self._folder = FolderHold(settings.report_dir, self._run_identity, settings.report_dir_wait, worker)
         self._invariance: dict[str, object] = {}
-        self._journals: dict[str, object] = {}
-        self._cells_of = PlannedCells(self)  # each cell's rows and scoring; the planned ones streamed where they can
+        self._cells_of = PlannedCells(self, self._held, worker, self._progress)  # each cell's rows and scoring; the planned ones streamed where they can
         self._n_interval_checks: int | None = None
         self._summary_cache: dict[str, tuple] = {}  # device -> (records key, summary): see records_summary
         self._cells = CellCache()  # the summary cells computed so far, shared by the checks and the summary
-        self._invariance_results: dict[str, dict[str, dict]] = {}  # device -> condition -> stats
 
     # what the adapters read of the run: its configuration, read-only (its state only through the methods below)
     settings = property(lambda self: self._settings)
@@ -165,27 +155,14 @@ class GateRun:
     # -- the report folder ----------------------------------------------------------------------
 
     def claim_report_dir(self, on_wait: Callable[[object], None] | None = None) -> None:
-        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.reports.lock``), renewing its
-        lease while the process runs; ``on_wait(holder)`` is told when another run holds it and this one waits. Raises
-        ``UsageError`` (another run holds it, or it cannot be written) or ``HarnessError`` (a full disk)."""
-        held = claim_or_say_why(self.report_dir, self._run_identity, wait_s=self._settings.report_dir_wait,
-                                on_wait=on_wait, instead=f"--report-dir {self.report_dir}-2 (or wait for it: "
-                                                         "--report-dir-wait 600)")
-        if held.waited_for is not None:
-            self._lock_notes.append(f"waited for the run that held {self.report_dir} to end "
-                                   f"({held.waited_for.describe()})")
-        if held.previous is not None:
-            self._lock_notes.append(f"took over the lock of {self.report_dir} from a run that is gone "
-                                   f"({held.previous.describe()})")
-        if self._lease is None:
-            self._lease = Lease(self.report_dir, self._run_identity)
+        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.reports.lock.FolderHold``);
+        ``on_wait(holder)`` is told when another run holds it and this one waits. Raises ``UsageError`` or
+        ``HarnessError``."""
+        self._held.lock_notes += self._folder.claim(on_wait)
 
     def release_report_dir(self) -> None:
         """Stop renewing the lock; the run's main process (not an xdist worker) also removes it."""
-        if self._lease is not None:
-            self._lease.stop()
-        if self._worker is None:
-            release(self.report_dir, self._run_identity)
+        self._folder.release()
 
     def close(self) -> None:
         """Release the report folder and stop the run's Ray actors."""
@@ -205,70 +182,12 @@ class GateRun:
         """The (family, dataset, device) cells the caller's checks will ask for, in order (``run.planned``)."""
         self._cells_of.plan(cells)
 
-    def journal(self, device: str, source: str):
-        """The journal this process appends ``source`` records of ``device`` to (``run.scoring.journal``)."""
-        key = identity_key(device, source)
-        if key not in self._journals:
-            identity, s = self._models.identity(device, source), self._settings
-            self._journals[key] = open_journal(s.journal or self.report_dir / JOURNAL_DIR, key, self._worker,
-                                               identity, journaled_settings(s, source), resume=s.resume,
-                                               run=self._run_identity.token)
-        return self._journals[key]
-
-    def _score(self, family: str, dataset: str, device: str) -> None:
-        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored (in the
-        run's stream where the executor streams); with --resume the rows an earlier run journaled are reused."""
-        key = (family, dataset, device)
-        if key in self._scored:
-            return
-        source, models = self.source_of(family, dataset), self._models
-        executor = models.executor(device, source)
-        scorer = None if models.run_executor.holds_scorers else models.scorer(device, source)  # none loaded here
-        progress = lambda total: self._progress(device, f"{family}/{dataset}", total)  # noqa: E731
-        stream, work = self._cells_of.stream(device, source, executor), None
-        if stream is None:
-            work = self._cells_of.work(self._cells_of.rows(family, dataset, executor), self.journal(device, source),
-                                      executor, scorer)
-        try:
-            cell = stream.records(key, progress)[1] if work is None else work.score(executor, progress)
-        except UsageError:
-            raise
-        except CellBuildError as exc:  # the rows could not be built: the builder's error, as a local run raises it
-            raise exc.error from None
-        except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
-            raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {self.model_name!r} "
-                                       f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
-        store = self._records.setdefault(device, {})
-        for rec in cell:
-            store[rec.row_id] = rec
-        self._cell_records[(device, family, dataset)] = cell
-        self._scored.add(key)
-
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
         """The orig and ``family`` records of one dataset on one device (scored once per process)."""
-        self._score(ORIG, dataset, device)
-        self._score(family, dataset, device)
-        orig = self.records_of(device, ORIG, dataset)
-        return list(orig) if family == ORIG else [*orig, *self.records_of(device, family, dataset)]
-
-    def records_of(self, device: str, family: str, dataset: str) -> list[Record]:
-        """The records of one cell: as scoring stored them, else (records merged from xdist workers) found."""
-        key = (device, family, dataset)
-        if key not in self._cell_records:
-            self._cell_records[key] = [r for r in self._records.get(device, {}).values()
-                                       if r.family == family and r.dataset == dataset]
-        return self._cell_records[key]
-
-    def forget_cell(self, device: str, family: str, dataset: str) -> None:
-        """Drop the cached records of a cell (records merged from a worker change it)."""
-        self._cell_records.pop((device, family, dataset), None)
-
-    def add_records(self, device: str, records: Sequence[Record]) -> None:
-        """Records scored elsewhere (an xdist worker's), each cell they touch found again when asked."""
-        store = self._records.setdefault(device, {})
-        for record in records:
-            store[record.row_id] = record
-            self.forget_cell(device, record.family, record.dataset)
+        self._cells_of.score(ORIG, dataset, device)
+        self._cells_of.score(family, dataset, device)
+        orig = self._held.records_of(device, ORIG, dataset)
+        return list(orig) if family == ORIG else [*orig, *self._held.records_of(device, family, dataset)]
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -282,22 +201,22 @@ class GateRun:
         limits = self.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
-            self._judged.add((family, dataset, device))  # nothing to judge
+            self._held.judged.add((family, dataset, device))  # nothing to judge
             raise Skipped(f"{family} builds no variant of any {dataset} row: {get_family(family).when_empty}")
         cell = family_cell(records, family, dataset, seed=self.seed, cache=self._cells)
         if not limits:
-            self._judged.add((family, dataset, device))
+            self._held.judged.add((family, dataset, device))
             raise Skipped(f"scored; the limits set none for {family} on {dataset}")
         results = evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
-        self._judged.add((family, dataset, device))
+        self._held.judged.add((family, dataset, device))
         have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:
             limitation = self.thresholds.known_limitation(family, dataset, check)
             return limitation.reason if limitation else None
 
-        self._results += [{**asdict(r), "device": device, "n_rows_have": have, "known": known(r.check) is not None}
-                         for r in results]
+        self._held.results += [{**asdict(r), "device": device, "n_rows_have": have,
+                                "known": known(r.check) is not None} for r in results]
         return CellCheck(family, dataset, cell_verdict(results, known), records,
                          (self.thresholds.path, *self.thresholds.overlays))
 
@@ -326,7 +245,7 @@ class GateRun:
         except Exception as exc:
             raise models.harness_error(f"invariance condition {condition} on {device} with model "
                                        f"{self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
-        self._invariance_results.setdefault(device, {})[reported_condition(condition, source)] = stats
+        self._held.invariance.setdefault(device, {})[reported_condition(condition, source)] = stats
         return stats
 
     def check_invariance(self, condition: str, device: str, source: str = "rows") -> InvarianceCheck:
@@ -338,7 +257,7 @@ class GateRun:
             raise Skipped(f"scored; the limits set none in [invariance.{section}]")
         results = evaluate_invariance(condition, stats, limits)
         results = [replace(r, dataset=reported_condition(condition, source)) for r in results]
-        self._results += [{**asdict(r), "device": device} for r in results]
+        self._held.results += [{**asdict(r), "device": device} for r in results]
         return InvarianceCheck(reported_condition(condition, source), results, stats)
 
     def run_cells(self) -> list[tuple[str, str]]:
@@ -375,7 +294,7 @@ class GateRun:
         limits = _regression_limits(self.thresholds.gate, family, cell)
         judge = Judgement(lambda check: self.thresholds.gate.judge, self.thresholds.gate.alpha_each(self.n_interval_checks))
         results = evaluate_cell(family, ALL, cell, limits, judge)
-        self._results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
+        self._held.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
         return RegressionCheck(family, results, cell)
 
     # -- what this process holds, for the adapters ---------------------------------------------------
@@ -388,100 +307,52 @@ class GateRun:
     def is_scored(self, family: str, dataset: str, device: str) -> bool:
         """Whether (family, dataset, device) was scored in this process (or by an xdist worker whose records were
         merged)."""
-        return (family, dataset, device) in self._scored
+        return (family, dataset, device) in self._held.scored
 
     def has_reports(self) -> bool:
         """Whether the run has anything to report: records or invariance stats (its xdist workers' included)."""
-        return bool(self._records or self._invariance_results)
+        return bool(self._held.devices())
 
     def note_harness_error(self, message: str) -> None:
         """A harness error (exit 3) met outside the run's own work (comparing a snapshot, claiming the report
         folder at the end), kept with the run's."""
-        if message not in self._harness_errors:
-            self._harness_errors.append(message)
+        self._held.note_harness_error(message)
 
     def worker_payload(self) -> dict:
         """What this process (an xdist worker) hands the controller's run (``merge_worker``), JSON-ready."""
-        return {"records": self._records, "results": self._results, "harness": self._harness_errors,
-                "identities": self.identities, "stats": self._models.scorer_stats(),
-                "invariance": self._invariance_results, "scored": sorted(self._scored),
-                "judged": sorted(self._judged), "lock_notes": self._lock_notes}
+        return {**self._held.payload(), "identities": self.identities, "stats": self._models.scorer_stats()}
 
     def merge_worker(self, data: dict) -> None:
-        """Add what an xdist worker's run did (``worker_payload``, parsed from JSON): its records, check results,
-        harness errors, scorer identities and counters, invariance stats, cells scored and judged, lock notes."""
-        for device, recs in data["records"].items():
-            self.add_records(device, [Record.parse(rec, f"worker record {row_id}") for row_id, rec in recs.items()])
-        self._results += data["results"]
-        self._harness_errors += [e for e in data["harness"] if e not in self._harness_errors]
+        """Add what an xdist worker's run did (``worker_payload``, parsed from JSON): what it held (``Held.merge``),
+        its scorers' identities and counters."""
+        self._held.merge(data)
         self.identities.update(data["identities"])
         for key, counts in data["stats"].items():
             summed = self._models.worker_stats.setdefault(key, {})
             for name, value in counts.items():
                 summed[name] = summed.get(name, 0) + value
-        for device, conditions in data["invariance"].items():
-            self._invariance_results.setdefault(device, {}).update(conditions)
-        self._scored.update(tuple(key) for key in data["scored"])
-        self._judged.update(tuple(key) for key in data["judged"])
-        self._lock_notes += [n for n in data["lock_notes"] if n not in self._lock_notes]
 
     # -- the end of the run -----------------------------------------------------------------------------
 
-    def scopes(self, narrowed_by: Sequence[str] = ()) -> dict[str, Scope]:
-        """The scope of each device that reports (``run.scope``): the cells the run asks for (``run_cells``), those
-        scored (its records, and a cell whose family builds no variant there) and those its checks judged, the
-        xdist workers' included; ``narrowed_by``: the options that narrowed the selection."""
-        devices = set(self._records) | set(self._invariance_results) | {d for _, _, d in self._judged}
-        if not devices:
-            return {}
-        asked, out = self.run_cells(), {}
-        for device in sorted(devices):
-            scored = {(r.family, r.dataset) for r in self._records.get(device, {}).values()}
-            scored |= {(f, d) for f, d, dev in self._scored if dev == device}
-            judged = {(f, d) for f, d, dev in self._judged if dev == device}
-            out[device] = decide_scope(asked, scored, judged, narrowed_by)
-        return out
-
     def finish(self, ending: Ending) -> RunOutcome:
         """What the run ends with (``run.outcome.RunOutcome``), given how the caller's side of it ended: its
-        scope, why it is incomplete (if it is), each device's reports and the exit status."""
-        scopes = self.scopes(ending.narrowed_by) if self.has_reports() else {}
-        reason = incomplete_reason(ending, self._harness_errors, scopes)
+        scope (``Held.scopes`` of the cells ``run_cells`` asks for), why it is incomplete (if it is), each
+        device's reports and the exit status."""
+        held, reports = self._held, {}
+        scopes = held.scopes(self.run_cells(), ending.narrowed_by) if self.has_reports() else {}
+        reason = incomplete_reason(ending, held.harness_errors, scopes)
         scopes = cut_short(scopes, reason)
-        reports = self._device_reports(reason, scopes) if self.has_reports() else {}
-        known = {}
-        for r in self._results:
-            hit = self.thresholds.known_limitation(r["family"], r["dataset"], r["check"])
-            if hit is not None:
-                known[(r["family"], r["dataset"], r["check"])] = hit.reason
+        if self.has_reports():
+            gate_meta = lambda: {"interval_checks": self.n_interval_checks,  # noqa: E731
+                                 "alpha": self.thresholds.gate.alpha}
+            reports = device_reports(held, self._facts(), reason, scopes, self._summary, gate_meta)
+        known = {(r["family"], r["dataset"], r["check"]): hit.reason for r in held.results
+                 if (hit := self.thresholds.known_limitation(r["family"], r["dataset"], r["check"])) is not None}
         return RunOutcome.decided(
             ending, reports=reports, scopes=scopes, incomplete_reason=reason,
-            harness_errors=tuple(self._harness_errors), lock_notes=tuple(self._lock_notes), known=known,
+            harness_errors=tuple(held.harness_errors), lock_notes=tuple(held.lock_notes), known=known,
             source_rows=self.rows if reports else {}, report_dir=Path(self.report_dir),
             journal_given=bool(self._settings.journal), scorer_stats=self._models.scorer_stats())
-
-    def _device_reports(self, reason: str | None, scopes: dict) -> dict[str, DeviceReport]:
-        """Each device's reports (``run.reports.data_files.device_report``), its summary's meta saying what it
-        covers."""
-        facts = self._facts()
-        folders = device_folders(set(self._records) | set(self._invariance_results))
-        out = {}
-        for device, folder in folders.items():
-            records = self._records.get(device, {})
-            conditions = self._invariance_results.get(device)
-            meta = {**run_meta(facts, device), "complete": reason is None}
-            if reason is not None:
-                meta["incomplete_reason"] = reason
-            if device in scopes:
-                meta["scope"] = scopes[device].meta()
-            checks_meta = {"device": device, "complete": reason is None,
-                           "interval_checks": self.n_interval_checks if records else None,
-                           "alpha": self.thresholds.gate.alpha if records else None}
-            out[device] = device_report(
-                device, folder, records, [r for r in self._results if r["device"] == device], conditions,
-                summary=self._summary(device, records, meta) if records else None, checks_meta=checks_meta,
-                invariance_meta=invariance_meta(facts, device, conditions) if conditions is not None else None)
-        return out
 
     def _summary(self, device: str, records: dict, meta: dict) -> dict:
         """summary.json of one device: the snapshot's summary when no --baseline or ECE floor adds to it."""
@@ -494,10 +365,9 @@ class GateRun:
 
     def _facts(self) -> RunFacts:
         """What the reports' meta blocks say of this run (``run.reports.meta.RunFacts``)."""
-        devices = set(self._records) | set(self._invariance_results)
         return RunFacts(self._settings, self.rows, self.caption_rows, self._inputs.spec.inputs_meta(),
                         dict(self.identities), self.model_name, self._root,
-                        {device: self._models.executor_meta(device) for device in devices})
+                        {device: self._models.executor_meta(device) for device in self._held.devices()})
 
     # -- summaries ------------------------------------------------------------------------------
 
@@ -511,19 +381,11 @@ class GateRun:
     def records_summary(self, device: str) -> dict:
         """``summarize`` of every record of ``device`` held now (no meta, no floor, no baseline), computed
         once per set of records: the snapshot and the reports share it."""
-        records = self._records.get(device, {})
+        records = self._held.records.get(device, {})
         key = (device, len(records), hash(tuple(sorted(records))))
         if self._summary_cache.get(device, (None,))[0] != key:
             self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self._cells))
         return self._summary_cache[device][1]
-
-
-def journaled_settings(s, source: str) -> dict:
-    """The settings a journal is written under (``settings``: ``run.inputs.options.Settings``): --resume reuses it only
-    under the same."""
-    return {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
-            "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
-            "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}
 
 
 def invariance_skip_reason(models: RunScorers, condition: str, source: str) -> str | None:

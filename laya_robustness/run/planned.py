@@ -1,7 +1,7 @@
 """A run's cells on their way to being scored: the rows each (family, dataset) scores, the
-``run.scoring.cells.CellWork`` that scores them, and the cells the run's checks will ask for (``plan``), scored as one
-stream where the run's executor streams (``run.executors.base.Executor.streams``: a Ray pool,
-``run.executors.ray_stream``)."""
+``run.scoring.cells.CellWork`` that scores them, journaled as they are scored (``score``), and the cells the run's
+checks will ask for (``plan``), scored as one stream where the run's executor streams
+(``run.executors.base.Executor.streams``: a Ray pool, ``run.executors.ray_stream``)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,60 @@ from typing import Sequence
 
 from laya_robustness.families import get_family
 from laya_robustness.records import ORIG
-from laya_robustness.run.scoring.cells import CellPlan, CellWork
+from laya_robustness.run.errors import UsageError, stops_run
+from laya_robustness.run.scoring.cells import CellBuildError, CellPlan, CellWork
 from laya_robustness.run.scoring.chunks import consecutive_chunk_rows, scoring_chunks
+from laya_robustness.run.scoring.journal import JOURNAL_DIR, open_journal
+from laya_robustness.run.scoring.models import identity_key
 from laya_robustness.run.scoring.variants import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
 
 
 class PlannedCells:
-    """The cells of ``run`` (a ``run.gate_run.GateRun``): their rows, their scoring, their plan and streams."""
+    """The cells of ``run`` (a ``run.gate_run.GateRun``): their rows, their scoring, their plan and streams; what
+    is scored goes to ``held`` (``run.held.Held``). ``worker``: the xdist worker id (its journal's name);
+    ``progress(device, label, total)`` makes a tracker per scored cell."""
 
-    def __init__(self, run):
-        self.run = run
+    def __init__(self, run, held, worker: str | None, progress):
+        self.run, self.held, self.worker, self.progress = run, held, worker, progress
         self.planned: list[tuple[str, str, str]] = []
         self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its stream (a RayStream), or None
+        self.journals: dict[str, object] = {}  # identity key -> the journal this process appends to
+
+    def journal(self, device: str, source: str):
+        """The journal this process appends ``source`` records of ``device`` to (``run.scoring.journal``)."""
+        key = identity_key(device, source)
+        if key not in self.journals:
+            run, s = self.run, self.run.settings
+            self.journals[key] = open_journal(s.journal or run.report_dir / JOURNAL_DIR, key, self.worker,
+                                              run.models.identity(device, source), journaled_settings(s, source),
+                                              resume=s.resume, run=run.run_identity.token)
+        return self.journals[key]
+
+    def score(self, family: str, dataset: str, device: str) -> None:
+        """Score one family on one dataset, chunk by chunk, journaling each chunk as soon as it is scored (in the
+        run's stream where the executor streams), once per process; with --resume the rows an earlier run
+        journaled are reused."""
+        key, run = (family, dataset, device), self.run
+        if key in self.held.scored:
+            return
+        source, models = run.source_of(family, dataset), run.models
+        executor = models.executor(device, source)
+        scorer = None if models.run_executor.holds_scorers else models.scorer(device, source)  # none loaded here
+        progress = lambda total: self.progress(device, f"{family}/{dataset}", total)  # noqa: E731
+        stream, work = self.stream(device, source, executor), None
+        if stream is None:
+            work = self.work(self.rows(family, dataset, executor), self.journal(device, source), executor, scorer)
+        try:
+            cell = stream.records(key, progress)[1] if work is None else work.score(executor, progress)
+        except UsageError:
+            raise
+        except CellBuildError as exc:  # the rows could not be built: the builder's error, as a local run raises it
+            raise exc.error from None
+        except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
+            raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {run.model_name!r} "
+                                       f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
+        self.held.scored_cell(device, family, dataset, cell)
 
     def source_rows(self, family: str, dataset: str) -> list:
         """The source rows of ``family`` on ``dataset`` (question rows, or caption rows)."""
@@ -81,7 +122,7 @@ class PlannedCells:
     def _cell_plan(self, key: tuple[str, str, str], executor) -> CellPlan:
         """How the stream gets cell ``key``'s rows: built on the actors (a pixel family), else built here."""
         run, (family, dataset, device) = self.run, key
-        journal = run.journal(device, run.source_of(family, dataset))
+        journal = self.journal(device, run.source_of(family, dataset))
         source, seed, s = self.source_rows(family, dataset), run.settings.seed, run.settings
         plan = CellPlan(key, lambda: self.work([], journal, executor, complete=False), self.chunks,
                         chunk_rows=consecutive_chunk_rows(s.scoring_path, s.batch_size))
@@ -96,3 +137,11 @@ class PlannedCells:
         for stream in self.streams.values():
             if stream is not None:
                 stream.close()
+
+
+def journaled_settings(s, source: str) -> dict:
+    """The settings a journal is written under (``settings``: ``run.inputs.options.Settings``): --resume reuses it
+    only under the same."""
+    return {"scorer": s.scorer, "precision": s.precision, "scoring_path": s.scoring_path,
+            "batch_size": s.batch_size, "temperatures": s.temperatures, "source": source,
+            "attn_implementation": s.attn_implementation, "pixel_cache_mb": s.pixel_cache_mb}

@@ -6,12 +6,12 @@ from typing import Callable, Mapping, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
+from laya_robustness.run.device_names import device_name
 from laya_robustness.run.executors.base import forget_images
+from laya_robustness.run.scoring.chunks import Scoring
 from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES, ImageStore, bind_images, rows_with_pixels
 from laya_robustness.run.scoring.invariance import InvarianceRun
-from laya_robustness.run.device_names import device_name
 from laya_robustness.run.scoring.models import load_source_scorer
-from laya_robustness.run.scoring.chunks import Scoring
 from laya_robustness.run.scoring.variants import family_variants, image_counts
 from laya_robustness.scoring.malloc import give_back_freed_memory
 from laya_robustness.scoring.malloc import keep_freed_memory as keep_malloc_freed_memory

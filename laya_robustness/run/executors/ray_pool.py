@@ -32,8 +32,8 @@ from laya_robustness.rows import Row
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.executors.ray_cluster import ClusterLost
-from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES
 from laya_robustness.run.scoring.chunks import Scoring
+from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES
 from laya_robustness.run.scoring.variants import expected_chunks
 from laya_robustness.scoring.cache import ByteLRU
 from laya_robustness.scoring.loading import short_hashes

@@ -19,8 +19,8 @@ from typing import Callable, Iterator, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import PendingImage, Row
-from laya_robustness.run.scoring.cells import CellBuildError, CellPlan, CellProgress, CellWork
 from laya_robustness.run.executors.ray_pool import FALLBACK_CHUNK_ROWS, RayActorPool, Shard
+from laya_robustness.run.scoring.cells import CellBuildError, CellPlan, CellProgress, CellWork
 from laya_robustness.run.scoring.chunks import consecutive_chunks
 from laya_robustness.run.scoring.variants import VariantBuild, expected_chunks
 

@@ -16,14 +16,17 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from laya_robustness.gate.catalogue import CHECKS
 from laya_robustness.gate.results import INVARIANCE
 from laya_robustness.predictions import predictions_bytes
 from laya_robustness.records import Record
-from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITIONS, DUAL_PREFIX
+from laya_robustness.run.held import Held
 from laya_robustness.run.outcome import DeviceReport, RunOutcome
+from laya_robustness.run.reports.meta import RunFacts, invariance_meta, run_meta
+from laya_robustness.run.scope import Scope
+from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITIONS, DUAL_PREFIX
 
 #: The files a run writes in a report folder (what a complete run cleans up when it does not rewrite them).
 REPORT_FILES = ("summary.json", "predictions.jsonl.gz", "invariance.json", "checks.json", "report.html", "summary.md")
@@ -78,6 +81,28 @@ def device_report(device: str, folder: str, records: Mapping[str, Record], resul
     invariance = None if conditions is None else {"meta": invariance_meta,
                                                   "conditions": dict(sorted(conditions.items()))}
     return DeviceReport(device, folder, summary if records else None, checks, invariance, ordered)
+
+
+def device_reports(held: Held, facts: RunFacts, reason: str | None, scopes: Mapping[str, Scope],
+                   summary_of: Callable[[str, Mapping[str, Record], dict], dict],
+                   gate_meta: Callable[[], dict]) -> dict[str, DeviceReport]:
+    """Each reporting device's reports (``device_report``) from what the run ``held``: its summary's meta (``facts``)
+    says whether the run is complete (``reason`` why not) and what it covers (``scopes``); ``summary_of(device,
+    records, meta)`` makes summary.json, ``gate_meta()`` the limits' part of checks.json's meta."""
+    out = {}
+    for device, folder in device_folders(held.devices()).items():
+        records, conditions = held.records.get(device, {}), held.invariance.get(device)
+        meta = {**run_meta(facts, device), "complete": reason is None}
+        if reason is not None:
+            meta["incomplete_reason"] = reason
+        if device in scopes:
+            meta["scope"] = scopes[device].meta()
+        out[device] = device_report(
+            device, folder, records, [r for r in held.results if r["device"] == device], conditions,
+            summary=summary_of(device, records, meta) if records else None,
+            checks_meta={"device": device, "complete": reason is None, **(gate_meta() if records else {})},
+            invariance_meta=invariance_meta(facts, device, conditions) if conditions is not None else None)
+    return out
 
 
 def data_files(outcome: RunOutcome, report_dir: Path) -> dict[Path, bytes]:

@@ -264,3 +264,35 @@ class Lease:
 
     def stop(self) -> None:
         self._stopped.set()
+
+
+class FolderHold:
+    """A run's hold on its report folder (``folder``, for ``run``; ``wait_s``: how long to wait for another run
+    there; ``worker``: an xdist worker's id, None for the run's main process)."""
+
+    def __init__(self, folder: Path, run: RunIdentity, wait_s: float, worker: str | None = None):
+        self.folder, self.run, self.wait_s, self.worker = Path(folder), run, wait_s, worker
+        self._lease: Lease | None = None
+
+    def claim(self, on_wait=None) -> list[str]:
+        """Hold (or check that this run still holds) the lock, renewing its lease while the process runs;
+        ``on_wait(holder)`` is told when another run holds it and this one waits. What claiming did, as notes (a
+        wait, a stale lock taken over). Raises ``UsageError`` (another run holds it, or it cannot be written) or
+        ``HarnessError`` (a full disk)."""
+        held = claim_or_say_why(self.folder, self.run, wait_s=self.wait_s, on_wait=on_wait,
+                                instead=f"--report-dir {self.folder}-2 (or wait for it: --report-dir-wait 600)")
+        notes = []
+        if held.waited_for is not None:
+            notes.append(f"waited for the run that held {self.folder} to end ({held.waited_for.describe()})")
+        if held.previous is not None:
+            notes.append(f"took over the lock of {self.folder} from a run that is gone ({held.previous.describe()})")
+        if self._lease is None:
+            self._lease = Lease(self.folder, self.run)
+        return notes
+
+    def release(self) -> None:
+        """Stop renewing the lock; the run's main process (not an xdist worker) also removes it."""
+        if self._lease is not None:
+            self._lease.stop()
+        if self.worker is None:
+            release(self.folder, self.run)
