@@ -629,3 +629,17 @@ def test_a_journal_inside_the_data_folder_is_a_usage_error(gate):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--journal: *rows/journal is inside --data *rows: --resume would read its files as "
                                  "rows*", "*type instead, e.g.: pytest robustness_tests --journal reports/journal*"])
+
+
+def test_the_terminal_ends_on_the_verdict_after_every_other_plugins_summary(gate, monkeypatch):
+    # a plugin registered before the gate's (``-p``: as syrupy and pytest-benchmark are) writes its own summary
+    monkeypatch.syspath_prepend(str(gate.path))
+    (gate.path / "other_summary.py").write_text(
+        "def pytest_terminal_summary(terminalreporter):\n"
+        "    terminalreporter.write_line('ANOTHER PLUGIN SUMMARY')\n")
+    result = run(gate, "--families", "option_order", "-p", "other_summary")
+    lines = result.stdout.lines
+    other = lines.index("ANOTHER PLUGIN SUMMARY")
+    verdict = next(i for i, line in enumerate(lines) if "robustness gate (cpu): verdict" in line)
+    assert other < verdict, "\n".join(lines[-30:])
+    assert lines[-1].lstrip("= ").split()[0].isdigit()  # pytest's own count line closes, right after the verdict

@@ -360,6 +360,7 @@ def _written(state: RobustnessSession, outcome: RunOutcome) -> RunOutcome:
     return written_to(outcome, state.run.report_dir)
 
 
+@pytest.hookimpl(trylast=True)  # the verdict is what a run ends on: after syrupy's and pytest-benchmark's
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if _is_worker(config):
         return
