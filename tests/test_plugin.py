@@ -467,12 +467,13 @@ def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):
     same.stdout.fnmatch_lines(["summary snapshot (cpu): matches *.cpu.*(compared on the controller)",
                                "SKIPPED*under xdist the summary snapshot is compared once, on the controller*"])
     text = stored.read_text()
-    acc = json.loads(text)["families"]["orig"]["colour_choice"]["acc"]
-    stored.write_text(text.replace(f'"acc": {acc},', f'"acc": {round(acc + 0.125, 4)},', 1))
+    acc = json.loads(text)["headlines"]["orig/colour_choice"].split()[1]  # "acc 0.875 [0.750, 1.000]"
+    moved = f"{float(acc) + 0.125:.3f}"
+    stored.write_text(text.replace(f'"orig/colour_choice": "acc {acc}', f'"orig/colour_choice": "acc {moved}', 1))
     changed = gate.runpytest_subprocess(*run_all)
     assert changed.ret == pytest.ExitCode.TESTS_FAILED, changed.stdout.str()
-    changed.stdout.fnmatch_lines(["*summary snapshot (cpu) DIFFERS from*", f'-*"acc": {round(acc + 0.125, 4)},',
-                                  f'+*"acc": {acc},'])
+    changed.stdout.fnmatch_lines(["*summary snapshot (cpu) DIFFERS from*", f'-*"orig/colour_choice": "acc {moved} *',
+                                  f'+*"orig/colour_choice": "acc {acc} *'])
     # the command to accept it is the run's own (its options name the snapshot), without xdist
     changed.stdout.fnmatch_lines(["review the change; accept it with `pytest *robustness_tests --import-mode=importlib "
                                   "--thresholds limits.toml -k 'not (benchmark or invariance or gpu)' -rs "

@@ -50,18 +50,40 @@ def test_another_scorer_is_named_first():
                          "cpu") == ".pkg_mod_make-predict"
 
 
-def test_what_moved_names_the_fingerprints_then_each_headline_against_its_interval():
+def test_what_moved_names_the_fingerprints_then_each_headline_furthest_beyond_its_interval_first():
     from laya_robustness.pytest_plugin.snapshot import snapshot_changes
 
-    cell = {"acc": 0.8, "acc_ci": [0.7, 0.9], "delta": -0.1, "delta_ci": [-0.2, 0.0], "flip": 0.1,
-            "flip_ci": [0.05, 0.15]}
     before = {"fingerprints": {"weights": "aaaa1111", "rows": "bbbb2222"},
-              "families": {"text": {"a": dict(cell)}}}
+              "headlines": {"text/a": "acc 0.800 [0.700, 0.900]; delta -0.100 [-0.200, 0.000]; flip 0.100 [0.050, 0.150]",
+                        "text/b": "acc 0.500 [0.400, 0.600]; flip 0.200 [0.100, 0.300]",
+                        "image/a": "acc 0.700"}}
     after = {"fingerprints": {"weights": "cccc3333", "rows": "bbbb2222"},
-             "families": {"text": {"a": {**cell, "acc": 0.85, "flip": 0.3}}}}
+             "headlines": {"text/a": "acc 0.850 [0.750, 0.950]; delta -0.100 [-0.200, 0.000]; flip 0.300 [0.200, 0.400]",
+                       "text/b": "acc 0.750 [0.650, 0.850]; flip 0.2004 [0.100, 0.300]",
+                       "image/a": "acc 0.650", "image_shuffle/a": "acc 0.300 [0.200, 0.400]"}}
+    # a move below review precision (text/b flip 0.2000 -> 0.2004) is no change
     assert snapshot_changes(before, after) == [
         "the weights: fingerprint aaaa1111 -> cccc3333",
-        "text/a acc: 0.8000 -> 0.8500 (within its 95% interval [0.7000, 0.9000])",
-        "text/a flip: 0.1000 -> 0.3000 (BEYOND its 95% interval [0.0500, 0.1500])",
+        "image_shuffle/a acc: new",
+        "text/a flip: 0.100 -> 0.300 (BEYOND its 95% interval [0.050, 0.150], 4.0 half-widths)",
+        "text/b acc: 0.500 -> 0.750 (BEYOND its 95% interval [0.400, 0.600], 2.5 half-widths)",
+        "text/a acc: 0.800 -> 0.850 (within its 95% interval [0.700, 0.900], 0.5 half-widths)",
+        "image/a acc: 0.700 -> 0.650 (no interval)",
     ]
     assert snapshot_changes(before, before) == []
+
+
+def test_a_cell_is_one_line_read_back_as_its_headlines_and_an_earlier_snapshot_still_compares():
+    from laya_robustness.pytest_plugin.snapshot import cell_headlines, cell_lines, snapshot_changes
+
+    summary = {"families": {"text": {"a": {"acc": 0.8125, "acc_ci": [0.70004, 0.9], "delta": -0.0, "flip": 0.1,
+                                           "flip_ci": [0.05, 0.15], "ece": 0.12345}}}}
+    lines = cell_lines(summary)
+    assert lines == {"text/a": "acc 0.812 [0.700, 0.900]; delta 0.000; flip 0.100 [0.050, 0.150]"}
+    assert cell_headlines(lines) == {("text", "a", "acc"): (0.812, [0.7, 0.9]), ("text", "a", "delta"): (0.0, None),
+                                     ("text", "a", "flip"): (0.1, [0.05, 0.15])}
+    # a snapshot of the earlier format (the whole summary) against one of this format: only what moved
+    earlier = {"fingerprints": {}, **summary}
+    assert snapshot_changes(earlier, {"fingerprints": {}, "headlines": lines}) == []
+    assert snapshot_changes(earlier, {"fingerprints": {}, "headlines": {"text/a": "acc 0.900 [0.800, 1.000]"}})[0] == \
+        "text/a delta: gone"

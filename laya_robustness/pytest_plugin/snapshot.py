@@ -1,5 +1,6 @@
-"""The summary snapshot: its name (the configuration the user chose) and its content (the numbers, with the
-fingerprints of the weights and the rows they were made from), and what moved when it differs.
+"""The summary snapshot: its name (the configuration the user chose) and its content, sized for review (one line
+per family and dataset: each headline number at 3 decimals with its 95% interval; the fingerprints of the weights
+and the rows they were made from), and what moved when it differs.
 
 One snapshot per configuration: ``<model>.<cpu|gpu|mps>.<data>.s<seed>.n<rows per set>.<families>``, ``--model``
 and ``--data`` as given, then ``.<scoring>`` where the scoring differs from the device's default: another scorer
@@ -10,9 +11,9 @@ path's by up to 1e-4 on the embedded default), so each keeps its own numbers. Th
 the name but in the snapshot (``fingerprints``): a new checkpoint at the same ``--model``, or new rows at the same
 ``--data``, is compared with the committed snapshot and fails with what moved (``snapshot_changes``: the
 fingerprints, then each headline number with whether its move lies beyond its interval), and
-``--snapshot-update`` rewrites the same file, so the pull request shows a diff of numbers. A configuration
-without a snapshot (another model or data path, another scoring) has nothing to be compared with: its test says
-so and how to record one.
+``--snapshot-update`` rewrites the same file, so the pull request shows one changed line per cell that moved
+(summary.json, a report, keeps every number). A configuration without a snapshot (another model or data path,
+another scoring) has nothing to be compared with: its test says so and how to record one.
 
 Under xdist no worker has every record, so a worker's snapshot test only names the snapshot
 (``defer_snapshot``) and skips; the controller compares it once the workers' records are merged
@@ -24,10 +25,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from laya_robustness.metrics import rounded
 from laya_robustness.pytest_plugin.options import default_of
 from laya_robustness.run.files import file_safe
 from laya_robustness.run.inputs.fingerprints import data_fingerprint, families_label, model_fingerprint
@@ -35,8 +37,10 @@ from laya_robustness.run.scoring.models import identity_key
 from laya_robustness.scoring.base import batch_precision
 from laya_robustness.summary import headlines
 
-SNAPSHOT_DIGITS = 4
 DIFF_LINES = 60
+#: The precision a reviewer reads a headline at (the reports' 3 decimals); summary.json keeps every digit.
+REVIEW_DIGITS = 3
+_HEADLINE = re.compile(r"^(\S+) (\S+)(?: \[(\S+), (\S+)\])?$")
 #: Why a worker's snapshot test skips under xdist.
 COMPARED_ON_CONTROLLER = ("under xdist the summary snapshot is compared once, on the controller, over every worker's "
                           "records merged: see 'summary snapshot' in the terminal summary (a difference fails the run)")
@@ -108,9 +112,41 @@ def fingerprints(session, device: str) -> dict[str, str]:
             "rows": data_fingerprint({**run.rows, **run.caption_rows})}
 
 
+def _number(value: float) -> str:
+    return f"{round(value, REVIEW_DIGITS) + 0.0:.{REVIEW_DIGITS}f}"
+
+
+def cell_lines(summary: dict) -> dict[str, str]:
+    """One line per (family, dataset) cell: each headline number at review precision with its 95% interval,
+    ``acc 0.750 [0.612, 0.861]; flip 0.125 [0.050, 0.200]`` (``summary.headlines``, in their declared order)."""
+    cells: dict[str, list[str]] = {}
+    for (family, dataset, metric), (value, interval) in headlines(summary).items():
+        text = f"{metric} {_number(value)}"
+        if interval:
+            text += f" [{_number(interval[0])}, {_number(interval[1])}]"
+        cells.setdefault(f"{family}/{dataset}", []).append(text)
+    return {cell: "; ".join(parts) for cell, parts in cells.items()}
+
+
+def cell_headlines(cells: dict[str, str]) -> dict[tuple[str, str, str], tuple[float, list | None]]:
+    """``cell_lines`` read back: ``(family, dataset, metric) -> (value, interval or None)``."""
+    out = {}
+    for cell, line in cells.items():
+        family, _, dataset = cell.partition("/")
+        for part in line.split("; "):
+            match = _HEADLINE.match(part)
+            if match is None:
+                continue
+            metric, value, low, high = match.groups()
+            out[(family, dataset, metric)] = (float(value), [float(low), float(high)] if low is not None else None)
+    return out
+
+
 def snapshot_view(session, device: str) -> dict:
-    """What the snapshot holds: the run's identity, the fingerprints of its weights and rows, and every metric
-    rounded to 4 d.p. (no timings/versions)."""
+    """What the snapshot holds, sized for review: the run's identity, the fingerprints of its weights and rows, its
+    seed, rows per set and temperatures, and one line per (family, dataset) cell under ``headlines``
+    (``cell_lines``; the keys sort so that the fingerprints come first). Every other number stays in summary.json,
+    a report."""
     run = session.run
     summary = session.full_summary(device)
     identity = dict(run.identities.get(device, {}))
@@ -120,35 +156,49 @@ def snapshot_view(session, device: str) -> dict:
     dual = dict(run.identities.get(identity_key(device, "captions"), {}))
     if dual:
         identity["dual"] = {k: v for k, v in dual.items() if k != "model"}
-    metrics = {k: v for k, v in summary.items() if k not in ("meta", "bootstrap")}
     s = session.settings
     return {"model": run.model_name, "identity": identity, "fingerprints": fingerprints(session, device),
             "seed": s.seed, "rows_per_set": s.rows_per_set, "temperatures": s.temperatures,
-            **rounded(metrics, SNAPSHOT_DIGITS)}
+            "headlines": cell_lines(summary)}
+
+
+def _headlines_of(view: dict) -> dict:
+    """The headlines of a snapshot: its cell lines read back, or (a snapshot of the earlier format, which held the
+    whole summary) ``summary.headlines`` of it."""
+    return cell_headlines(view["headlines"]) if "headlines" in view else headlines(view)
 
 
 def snapshot_changes(stored: dict, actual: dict) -> list[str]:
     """What moved from the ``stored`` snapshot to this run's (both as ``snapshot_view`` makes them): the changed
-    fingerprints, then each headline number that moved, old -> new, with whether the new value lies outside the
-    stored value's 95% interval (beyond noise) or inside it."""
+    fingerprints first, then each headline that moved at review precision, old -> new: a cell that is new or gone,
+    then those beyond the stored value's 95% interval (beyond noise), then those within it, each group furthest
+    first in units of the interval's half-width (``|new - old| / ((high - low) / 2)``), then those without one."""
     lines = []
     before, after = stored.get("fingerprints") or {}, actual.get("fingerprints") or {}
     for key, what in (("weights", "the weights"), ("rows", "the rows")):
         if before.get(key) != after.get(key):
             lines.append(f"{what}: fingerprint {before.get(key)} -> {after.get(key)}")
-    old, new = headlines(stored), headlines(actual)
-    for cell in sorted(set(old) | set(new), key=lambda k: (k not in old, k)):
+    old, new = _headlines_of(stored), _headlines_of(actual)
+    moved = []
+    for cell in set(old) | set(new):
+        name = f"{cell[0]}/{cell[1]} {cell[2]}"
         if cell not in old or cell not in new:
-            lines.append(f"{'/'.join(cell[:2])} {cell[2]}: {'new' if cell in new else 'gone'}")
+            moved.append(((0, -math.inf, name), f"{name}: {'new' if cell in new else 'gone'}"))
             continue
         (was, interval), (now, _) = old[cell], new[cell]
-        if was == now:
+        if _number(was) == _number(now):
             continue
-        where = "no interval" if not interval else \
-            ("BEYOND" if not interval[0] <= now <= interval[1] else "within") + \
-            f" its 95% interval [{interval[0]:.4f}, {interval[1]:.4f}]"
-        lines.append(f"{cell[0]}/{cell[1]} {cell[2]}: {was:.4f} -> {now:.4f} ({where})")
-    return lines
+        change = f"{name}: {_number(was)} -> {_number(now)}"
+        if not interval:
+            moved.append(((3, 0.0, name), f"{change} (no interval)"))
+            continue
+        low, high = interval
+        half = (high - low) / 2
+        units = abs(now - was) / half if half > 0 else math.inf
+        beyond = not low <= now <= high
+        where = f"{'BEYOND' if beyond else 'within'} its 95% interval [{_number(low)}, {_number(high)}]"
+        moved.append(((1 if beyond else 2, -units, name), f"{change} ({where}, {units:.1f} half-widths)"))
+    return lines + [line for _, line in sorted(moved)]
 
 
 def serialized(view: dict) -> str:
