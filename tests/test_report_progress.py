@@ -58,19 +58,20 @@ class Reporter:
         pass
 
 
-def test_quiet_on_workers_and_under_q():
-    assert isinstance(scoring_progress(Config(worker=True), "cpu", "text/vsr", 5), Quiet)
+def test_quiet_on_workers_under_q_and_at_default_verbosity():
+    assert isinstance(scoring_progress(Config(worker=True, verbose=1), "cpu", "text/vsr", 5), Quiet)
     assert isinstance(scoring_progress(Config(verbose=-1), "cpu", "text/vsr", 5), Quiet)
-    assert isinstance(scoring_progress(Config(), "cpu", "negation/colour_choice", 0), Quiet)
+    assert isinstance(scoring_progress(Config(verbose=0), "cpu", "text/vsr", 5), Quiet)
+    assert isinstance(scoring_progress(Config(verbose=1), "cpu", "negation/colour_choice", 0), Quiet)
 
 
-def test_a_log_gets_one_line_and_a_terminal_a_bar():
-    config = Config()
+def test_with_v_a_log_gets_one_line_and_a_terminal_a_bar():
+    config = Config(verbose=1)
     tracker = scoring_progress(config, "cpu", "text/vsr", 5)
     tracker.update(5)
     tracker.close()
     assert len(config.reporter.lines) == 1 and config.reporter.lines[0].startswith("scored text/vsr (cpu): 5 rows")
-    tty = Config(tty=True)
+    tty = Config(tty=True, verbose=1)
     bar = scoring_progress(tty, "cuda", "text/vsr", 5)
     bar.update(5)
     bar.close()
@@ -139,6 +140,10 @@ def test_without_v_the_run_ends_with_what_failed_and_the_verdict_counts(gate):
     result = _run(gate, "--families", "option_order,negation")
     out = result.stdout.str()
     assert "family  dataset" not in out and "[families]" not in out  # the tables are behind -v
+    # pytest's progress stays one line per test file: no per-cell line breaks it, so no file is named twice
+    assert not [line for line in result.stdout.lines if line.startswith("scored ")]
+    named = [line.split()[0] for line in result.stdout.lines if line.startswith("robustness_tests/")]
+    assert named and len(named) == len(set(named)), named
     tail = _tail(result, 15)
     verdict = next(i for i, line in enumerate(tail) if "robustness gate (cpu): verdict" in line)
     assert any(line.startswith("FAIL option_order/colour_choice max_flip: ") for line in tail[verdict:]), tail

@@ -1,9 +1,10 @@
 """Progress while the gate scores rows: a tqdm bar per family and set on a terminal, one line each in a log.
 
 ``scoring_progress(config, device, label, n_rows)`` gives the session a tracker with ``update(n)``
-(called after each scored chunk) and ``close()``. Nothing is shown on an xdist worker (the
-controller prints the results), under ``-q``, without pytest's terminal, or for no rows (a family
-that builds no variant of a set). On a terminal a tqdm bar counts rows and rows/s; otherwise (a CI
+(called after each scored chunk) and ``close()``. It shows only with ``-v``: at default verbosity pytest's own
+progress stays one line per test file (a line per scored cell would break it, and pytest would name the file
+again after each). Nothing is shown on an xdist worker either (the controller prints the results), without
+pytest's terminal, or for no rows (a family that builds no variant of a set). On a terminal a tqdm bar counts rows and rows/s; otherwise (a CI
 log) one line per family and set is written when it is done, no carriage returns. Output goes
 through pytest's terminal writer with capturing suspended, as live logging does.
 
@@ -87,7 +88,7 @@ class BarProgress:
 
 def scoring_progress(config, device: str, label: str, total: int):
     """The tracker of scoring ``total`` rows of ``label`` (family/dataset) on ``device`` in this pytest run."""
-    if hasattr(config, "workerinput") or config.getoption("verbose", 0) < 0 or total == 0:
+    if hasattr(config, "workerinput") or config.getoption("verbose", 0) < 1 or total == 0:
         return Quiet()
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
