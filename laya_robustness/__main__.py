@@ -70,6 +70,16 @@ def _trend(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    from laya_robustness.report.review import compare, markdown, read_report, text_lines
+
+    comparison = compare(read_report(args.old), read_report(args.new))
+    if args.out is not None:
+        atomic_write(args.out, markdown(comparison))
+    print(markdown(comparison) if args.markdown else "\n".join(text_lines(comparison)))
+    return comparison.status
+
+
 def _stability(args) -> int:
     from laya_robustness.analysis.study import stability_report
 
@@ -268,6 +278,13 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", type=Path, default=None, metavar="HTML", help="also write a page with one plot per "
                     "family beside the table (e.g. trend.html)")
     tr.set_defaults(run=_trend)
+    cp = sub.add_parser("compare", help="what moved beyond noise from one run's reports to another's (a pull "
+                        "request's comment), no model; exit 0 no regression beyond noise, 1 one, 4 not comparable")
+    cp.add_argument("old", type=Path, metavar="OLD", help="the earlier run's report folder (e.g. the main branch's)")
+    cp.add_argument("new", type=Path, metavar="NEW", help="the new run's report folder")
+    cp.add_argument("--markdown", action="store_true", help="print markdown (a pull request comment) instead of text")
+    cp.add_argument("--out", type=Path, default=None, metavar="MD", help="also write the markdown to this file")
+    cp.set_defaults(run=_compare)
     st = sub.add_parser("stability", help="the stability analyses of one or more predictions files (same rows)")
     st.add_argument("predictions", type=Path, nargs="+")
     st.add_argument("--names", default=None, help="comma-separated model names (default: each file's folder)")

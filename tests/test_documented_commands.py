@@ -135,8 +135,8 @@ def test_an_install_step_is_one_ci_takes_from_scratch(page, command):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     """A copy of the gate (its tests, limits and snapshots) with the embedded fixtures linked in, the reports
-    of a small run of it under ``reports/`` (and copied to ``robustness/checkpoint-2/`` and ``-4/``), and its
-    predictions under ``old/``, ``a/`` and ``b/``."""
+    of a small run of it under ``reports/`` (and copied to ``reports-main/``, ``robustness/checkpoint-2/`` and
+    ``-4/``), and its predictions under ``old/``, ``a/`` and ``b/``."""
     root = tmp_path_factory.mktemp("project")
     shutil.copytree(ROOT / "robustness_tests", root / "robustness_tests",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -151,6 +151,8 @@ def project(tmp_path_factory) -> Path:
     for other in ("old", "a", "b"):  # an earlier release and two models, as the pages name them: copies of it
         (root / other).mkdir()
         shutil.copy(root / "reports" / "predictions.jsonl.gz", root / other / "predictions.jsonl.gz")
+    # the base branch's reports a pull request is compared with, as the new-checkpoint page names them
+    shutil.copytree(root / "reports", root / "reports-main", ignore=shutil.ignore_patterns("journal"))
     for step in (2, 4):  # the Trainer callback's reports at two evaluations, as the training page names them
         shutil.copytree(root / "reports", root / "robustness" / f"checkpoint-{step}",
                         ignore=shutil.ignore_patterns("journal"))

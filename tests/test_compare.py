@@ -1,0 +1,109 @@
+"""``python -m laya_robustness compare OLD NEW``: what moved beyond noise between two runs' reports, as text or as a
+pull request comment, with the gate's exit status; the numbers recomputed from the records."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import laya_robustness
+from laya_robustness.answers import is_correct, is_scored
+from laya_robustness.__main__ import main, parser
+from laya_robustness.metrics.baseline import mcnemar_p
+from laya_robustness.report.review import compare, markdown, read_report
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"families": ["option_order", "image"], "rows_per_set": 8, "invariance": False, "limitations": "none",
+         "root": ROOT}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """Reports of the embedded checkpoint (twice), of the other trained one, and of the embedded one under
+    another seed."""
+    base = tmp_path_factory.mktemp("compare")
+    laya_robustness.run_gate(report_dir=base / "old", **SMALL)
+    laya_robustness.run_gate(report_dir=base / "again", **SMALL)
+    laya_robustness.run_gate(str(ROOT / "laya_fixtures" / "tiny-smolvlm-seed2"), report_dir=base / "new", **SMALL)
+    laya_robustness.run_gate(report_dir=base / "seed1", **{**SMALL, "seed": 1})
+    return base
+
+
+def test_the_same_run_twice_moves_nothing_and_passes(reports):
+    comparison = compare(read_report(reports / "old"), read_report(reports / "again"))
+    assert comparison.status == 0 and comparison.moves == [] and comparison.verdicts == []
+    assert comparison.verdict().startswith("PASSED (exit 0)")
+
+
+def test_each_move_agrees_with_the_values_and_the_paired_test_recomputed_from_the_records(reports):
+    old, new = read_report(reports / "old"), read_report(reports / "new")
+    comparison = compare(old, new)
+    assert comparison.moves, "the other checkpoint moves some headline"
+    before = {(r["dataset"], r["row_id"]): r for r in old.records}
+    for move in comparison.moves:
+        if move.paired is None:
+            assert move.beyond == (bool(move.interval) and not move.interval[0] <= move.new <= move.interval[1])
+            assert not move.regression
+            continue
+        low, high = move.paired["ci"]
+        assert move.beyond == (low > 0 or high < 0)
+        if move.metric == "acc":  # the same rows: the paired change is the change of the values, its sign theirs
+            assert move.paired["diff"] == pytest.approx(move.new - move.old, abs=1e-9)
+            assert move.regression == (move.beyond and move.paired["diff"] < 0)
+            family, dataset = move.cell.split("/")
+            pairs = [(r, before[(r["dataset"], r["row_id"])]) for r in new.records
+                     if r["family"] == family and r["dataset"] == dataset and (r["dataset"], r["row_id"]) in before]
+            scored = [(r, s) for r, s in pairs if is_scored(r) and is_scored(s)]
+            b = sum(1 for r, s in scored if is_correct(s) and not is_correct(r))
+            c = sum(1 for r, s in scored if is_correct(r) and not is_correct(s))
+            assert move.paired["p"] == pytest.approx(mcnemar_p(b, c), abs=1e-6)  # as summary.json rounds it
+        else:
+            assert move.regression == (move.beyond and move.paired["diff"] > 0)
+    # regressions first, then beyond noise, then within; the status says whether any regression is beyond noise
+    ranks = [(not m.regression, not m.beyond) for m in comparison.moves]
+    assert ranks == sorted(ranks)
+    assert comparison.status == (1 if comparison.regressions else 0)
+
+
+def test_runs_that_differ_in_configuration_are_not_comparable_naming_what_differs(reports, capsys):
+    comparison = compare(read_report(reports / "old"), read_report(reports / "seed1"))
+    assert comparison.status == 4
+    assert any(line.startswith("seed differs (0 in OLD, 1 in NEW)") for line in comparison.not_comparable)
+    assert any(line.startswith("data_fingerprint differs") for line in comparison.not_comparable)
+    assert main(["compare", str(reports / "old"), str(reports / "seed1")]) == 4
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("NOT COMPARABLE (exit 4): ") and "seed differs (0 in OLD, 1 in NEW)" in out[-1]
+
+
+def test_the_command_prints_text_or_markdown_writes_the_comment_and_exits_as_the_gate(reports, tmp_path, capsys):
+    status = main(["compare", str(reports / "old"), str(reports / "new"), "--markdown", "--out",
+                   str(tmp_path / "comment.md")])
+    out = capsys.readouterr().out
+    comparison = compare(read_report(reports / "old"), read_report(reports / "new"))
+    assert status == comparison.status
+    assert out.rstrip("\n") == markdown(comparison).rstrip("\n") == (tmp_path / "comment.md").read_text().rstrip("\n")
+    assert out.startswith("## Robustness gate: NEW against OLD")
+    beyond = [m for m in comparison.moves if m.beyond]
+    assert len(re.findall(r"^\| `\w+/\w+` \|", out, re.MULTILINE)) == len(beyond)
+    assert main(["compare", str(reports / "old"), str(reports / "new")]) == status
+    text = capsys.readouterr().out.splitlines()
+    assert text[-1] == comparison.verdict()  # the verdict is the last line
+
+
+def test_a_folder_without_reports_is_a_usage_error_naming_it(tmp_path, capsys):
+    assert main(["compare", str(tmp_path), str(tmp_path)]) == 4
+    assert f"{tmp_path}: no summary.json, checks.json, predictions.jsonl.gz" in capsys.readouterr().err
+
+
+def test_the_ci_job_of_the_docs_parses_and_runs_the_command_as_declared():
+    page = (ROOT / "docs" / "new-checkpoint.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
+    job = yaml.safe_load(block)
+    steps = [step for j in job["jobs"].values() for step in j["steps"]]
+    runs = [line.strip() for step in steps for line in step.get("run", "").splitlines()]
+    (command,) = [line for line in runs if line.startswith("python -m laya_robustness compare")]
+    args = parser().parse_args(command.split()[3:])
+    assert args.run.__name__ == "_compare" and args.out is not None
+    # the comment step posts the file the command writes
+    assert any(str(args.out) in str(step.get("with", {})) for step in steps)
