@@ -62,7 +62,7 @@ def _report(args) -> int:
 def _trend(args) -> int:
     from laya_robustness.report.trend import read_checkpoints, trend_html, trend_table
 
-    checkpoints = read_checkpoints(args.folders)
+    checkpoints = read_checkpoints(args.folders, mix=args.mix)
     print("\n".join(trend_table(checkpoints)))
     if args.out is not None:
         atomic_write(args.out, trend_html(checkpoints))
@@ -277,6 +277,8 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("folders", type=Path, nargs="+", metavar="DIR", help="report folders, e.g. robustness/checkpoint-*")
     tr.add_argument("--out", type=Path, default=None, metavar="HTML", help="also write a page with one plot per "
                     "family beside the table (e.g. trend.html)")
+    tr.add_argument("--mix", action="store_true", help="show checkpoints of different configurations (rows, seed, "
+                    "rows per set, families, scoring, model) side by side instead of refusing them (exit 4)")
     tr.set_defaults(run=_trend)
     cp = sub.add_parser("compare", help="what moved beyond noise from one run's reports to another's (a pull "
                         "request's comment), no model; exit 0 no regression beyond noise, 1 one, 4 not comparable")

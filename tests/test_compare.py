@@ -107,3 +107,60 @@ def test_the_ci_job_of_the_docs_parses_and_runs_the_command_as_declared():
     assert args.run.__name__ == "_compare" and args.out is not None
     # the comment step posts the file the command writes
     assert any(str(args.out) in str(step.get("with", {})) for step in steps)
+
+
+# ------------------------------------------------------------------------------ an honest trend
+
+
+def test_trend_refuses_checkpoints_of_another_configuration_unless_mixed(reports, capsys):
+    from laya_robustness.report.trend import read_checkpoints, trend_rows
+
+    with pytest.raises(ValueError, match=r"\(OLD\) and .*seed1 \(NEW\) are not runs of one configuration: .*seed "
+                                         r"differs \(0 in OLD, 1 in NEW\)"):
+        read_checkpoints([reports / "old", reports / "seed1"])
+    assert main(["trend", str(reports / "old"), str(reports / "seed1")]) == 4
+    assert "pass --mix" in capsys.readouterr().err
+    # mixed: other rows, so no paired change where the rows differ, and none that contradicts the values
+    mixed = trend_rows(read_checkpoints([reports / "old", reports / "seed1"], mix=True))
+    assert all(r["changes"][0] is None for r in mixed), [r for r in mixed if r["changes"][0]]
+    assert main(["trend", str(reports / "old"), str(reports / "seed1"), "--mix"]) == 0
+
+
+def test_each_paired_change_of_the_trend_agrees_with_the_values_it_sits_between(reports):
+    from laya_robustness.report.trend import read_checkpoints, trend_rows
+
+    rows = trend_rows(read_checkpoints([reports / "old", reports / "new"]))
+    changed = [r for r in rows if r["changes"][0] is not None]
+    assert changed
+    for r in changed:
+        (was, _), (now, _) = r["values"]
+        change = r["changes"][0]
+        if r["metric"] == "acc":
+            assert change["diff"] == pytest.approx(now - was, abs=1e-9), r
+        low, high = change["ci"]
+        assert change["beyond_noise"] == (low > 0 or high < 0)
+
+
+def test_an_incomplete_checkpoint_is_marked_and_its_unjudged_cells_show_no_value(reports, tmp_path):
+    import subprocess
+    import sys
+
+    from laya_robustness.report.trend import read_checkpoints, trend_rows, trend_table
+
+    folder = tmp_path / "checkpoint-8"
+    run = subprocess.run([sys.executable, "-m", "pytest", "robustness_tests", "-q", "-p", "no:randomly", "-p",
+                          "no:cacheprovider", "--families", "option_order,image", "--rows-per-set", "8",
+                          "--limitations", "none", "-k", "option_order and not (snapshot or benchmark or gpu)",
+                          "--report-dir", str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode in (0, 1), run.stdout[-2000:]
+    checkpoints = read_checkpoints([reports / "old", folder])
+    later = checkpoints[1]
+    assert not later.complete and ("image", "colour_choice") in later.not_judged
+    rows = trend_rows(checkpoints)
+    for r in rows:
+        if (r["family"], r["dataset"]) in later.not_judged:
+            assert r["values"][1] is None and r["changes"][0] is None, r
+    assert any(r["family"] == "option_order" and r["values"][1] is not None for r in rows)
+    table = trend_table(checkpoints)
+    assert "step 1 (incomplete)" in table[0]
+    assert table[-1].startswith("(incomplete): ")

@@ -123,16 +123,22 @@ def _configuration(meta: dict) -> dict:
     return {k: v for k, v in identity.items() if k not in NOT_CONFIGURATION}
 
 
-def differences(old: dict, new: dict) -> list[str]:
-    """What makes two runs' meta blocks not comparable, each named with both values."""
+def configuration_differences(old: dict, new: dict) -> list[str]:
+    """What makes two runs' meta blocks not comparable (rows, seed, rows per set, families, scoring, the model's
+    configuration apart from its weights), each named with both values."""
     out = [f"{key} differs ({old.get(key)!r} in OLD, {new.get(key)!r} in NEW)"
            for key in SAME_META if old.get(key) != new.get(key)]
     old_model, new_model = _configuration(old), _configuration(new)
-    out += [f"the model's {key} differs ({old_model.get(key)!r} in OLD, {new_model.get(key)!r} in NEW)"
-            for key in sorted(set(old_model) | set(new_model)) if old_model.get(key) != new_model.get(key)]
-    out += [f"{name} is an incomplete run ({meta.get('incomplete_reason', 'no reason given')})"
-            for name, meta in (("OLD", old), ("NEW", new)) if meta.get("complete", True) is not True]
-    return out
+    return out + [f"the model's {key} differs ({old_model.get(key)!r} in OLD, {new_model.get(key)!r} in NEW)"
+                  for key in sorted(set(old_model) | set(new_model)) if old_model.get(key) != new_model.get(key)]
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    """``configuration_differences``, and a run of the two that is incomplete (its unjudged cells hold no verdict
+    to compare)."""
+    return configuration_differences(old, new) + [
+        f"{name} is an incomplete run ({meta.get('incomplete_reason', 'no reason given')})"
+        for name, meta in (("OLD", old), ("NEW", new)) if meta.get("complete", True) is not True]
 
 
 def verdict_changes(old: list, new: list) -> list[tuple[str, str, str]]:

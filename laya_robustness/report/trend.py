@@ -4,6 +4,12 @@ interval, and each consecutive pair's paired change as ``--baseline`` judges it:
 two runs, the change of accuracy (and of the flip rate of a meaning-preserving family) over groups with its paired
 cluster-bootstrap 95% interval (``metrics.baseline``). A change whose interval excludes 0 is beyond noise (``*``).
 
+Checkpoints whose configuration differs (rows, seed, rows per set, families, scoring, the model apart from its
+weights: ``report.review.configuration_differences``) are refused unless asked to be mixed; mixed, a cell's paired
+change is shown only where both runs scored the very same rows, so its sign and star agree with the values. An
+incomplete checkpoint (its summary's ``complete: false``) is marked, and a cell its scope did not judge shows no
+value.
+
 ``trend_table`` is the plain-text table; ``trend_html`` puts one small plot per family (each headline against
 the step, its interval as a band) beside its rows of the table (without matplotlib, the table alone).
 """
@@ -21,6 +27,7 @@ from typing import Sequence
 
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.predictions import read_predictions
+from laya_robustness.report.review import configuration_differences
 from laya_robustness.summary import headlines, summarize
 
 #: The paired changes of a consecutive pair, as the baseline block names them, and the headline each moves.
@@ -36,12 +43,28 @@ class Checkpoint:
     folder: Path
     summary: dict
 
+    @property
+    def complete(self) -> bool:
+        return self.summary.get("meta", {}).get("complete", True) is True
 
-def read_checkpoints(folders: Sequence[str | Path]) -> list[Checkpoint]:
+    @property
+    def not_judged(self) -> set[tuple[str, str]]:
+        """The (family, dataset) cells its scope asked for and did not judge (none for a complete run)."""
+        if self.complete:
+            return set()
+        cells = self.summary.get("meta", {}).get("scope", {}).get("not_judged", {})
+        return {(family, dataset) for family, datasets in cells.items() for dataset in datasets}
+
+    @property
+    def label(self) -> str:
+        return f"step {self.step}" + ("" if self.complete else " (incomplete)")
+
+
+def read_checkpoints(folders: Sequence[str | Path], mix: bool = False) -> list[Checkpoint]:
     """The checkpoints of ``folders`` in step order: sorted by step when every folder is a ``checkpoint-<step>``
     (so a shell's ``checkpoint-*``, which puts 10 before 9, is fine), else in the order given, numbered from 0. A
-    folder without a summary.json is a FileNotFoundError naming it; a summary.json that is no JSON, or two folders
-    of one step, a ValueError naming them."""
+    folder without a summary.json is a FileNotFoundError naming it; a summary.json that is no JSON, two folders
+    of one step, or (unless ``mix``) two checkpoints whose configuration differs, a ValueError naming them."""
     paths = [Path(f) for f in folders]
     steps = [re.fullmatch(r"checkpoint-(\d+)", p.resolve().name) for p in paths]
     if all(steps):
@@ -64,6 +87,12 @@ def read_checkpoints(folders: Sequence[str | Path]) -> list[Checkpoint]:
                              "or make it again from its predictions (python -m laya_robustness summarize "
                              f"{folder / 'predictions.jsonl.gz'} --out {path})") from None
         out.append(Checkpoint(step, folder, summary))
+    for checkpoint in out[1:] if not mix else ():
+        differ = configuration_differences(out[0].summary.get("meta", {}), checkpoint.summary.get("meta", {}))
+        if differ:
+            raise ValueError(f"{out[0].folder} (OLD) and {checkpoint.folder} (NEW) are not runs of one configuration: "
+                             f"{'; '.join(differ)}; pass --mix to show them side by side anyway (paired changes "
+                             "then only where both scored the same rows)")
     return out
 
 
@@ -74,8 +103,18 @@ def paired_changes(before: Checkpoint, after: Checkpoint) -> dict[tuple[str, str
     now = read_predictions(after.folder / "predictions.jsonl.gz")
     earlier = read_predictions(before.folder / "predictions.jsonl.gz")
     block = summarize(now, seed=seed, baseline=earlier).get("baseline", {})
+
+    def rows(records) -> dict:
+        out: dict = {}
+        for r in records:
+            out.setdefault((r["family"], r["dataset"]), set()).add(r["row_id"])
+        return out
+
+    then = rows(earlier)
+    same = {cell for cell, ids in rows(now).items() if then.get(cell) == ids}  # the very same rows
+    unjudged = before.not_judged | after.not_judged
     return {(family, dataset): cell for family, cells in block.items() for dataset, cell in cells.items()
-            if dataset != ALL}
+            if dataset != ALL and (family, dataset) in same and (family, dataset) not in unjudged}
 
 
 def beyond_noise(interval) -> bool:
@@ -95,7 +134,7 @@ def _families(values: Sequence[dict]) -> list[str]:
 def trend_rows(checkpoints: Sequence[Checkpoint]) -> list[dict]:
     """One row per (family, dataset, metric): its value and interval at each checkpoint, and the paired change
     from each checkpoint to the next (acc and flip; None for another metric or an unmatched cell)."""
-    values = [headlines(c.summary) for c in checkpoints]
+    values = [{k: v for k, v in headlines(c.summary).items() if k[:2] not in c.not_judged} for c in checkpoints]
     changes = [paired_changes(a, b) for a, b in zip(checkpoints, checkpoints[1:])]
     order = {family: i for i, family in enumerate(_families(values))}
     rows = []
@@ -127,7 +166,7 @@ def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None =
     """The trend as text: per cell and metric, each checkpoint's value [95% CI] and, after it, the paired change
     from the one before (``*``: its interval excludes 0)."""
     rows = trend_rows(checkpoints) if rows is None else rows
-    head = ["family", "dataset", "metric", *(f"step {c.step}" for c in checkpoints)]
+    head = ["family", "dataset", "metric", *(c.label for c in checkpoints)]
     table = [head]
     for r in rows:
         cells = [_cell(r["values"][0])]
@@ -136,8 +175,11 @@ def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None =
         table.append([r["family"], r["dataset"], r["metric"], *cells])
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in table]
-    return lines + ["(change): the paired change from the step before, on the same rows; * its 95% interval "
-                    "excludes 0 (beyond noise)"]
+    notes = ["(change): the paired change from the step before, on the same rows; * its 95% interval excludes 0 "
+             "(beyond noise)"]
+    if any(not c.complete for c in checkpoints):
+        notes.append("(incomplete): a run that did not judge every cell it asked for; a cell it did not judge shows -")
+    return lines + notes
 
 
 def _plot(rows: Sequence[dict], steps: Sequence[int], family: str) -> str | None:
@@ -178,7 +220,7 @@ def trend_html(checkpoints: Sequence[Checkpoint]) -> str:
              f"<h1>Robustness across {len(checkpoints)} checkpoints</h1>",
              "<p>(change): the paired change from the step before, on the same rows; in bold red: its 95% "
              "interval excludes 0.</p>"]
-    head = "".join(f"<th>step {s}</th>" for s in steps)
+    head = "".join(f"<th>{html.escape(c.label)}</th>" for c in checkpoints)
     for family in _families([headlines(c.summary) for c in checkpoints]):
         mine = [r for r in rows if r["family"] == family]
         body = []
