@@ -134,3 +134,20 @@ def test_an_unsupported_architecture_is_refused_as_from_pretrained_refuses_it():
     model = SimpleNamespace(config=SimpleNamespace(model_type="no_such_vlm", architectures=["NoSuchVLM"]))
     with pytest.raises(UnsupportedArchitecture, match="'no_such_vlm'.*not supported by the hf scorer"):
         HFVLMScorer.from_model(model, processor=object())
+
+
+def test_a_model_in_memory_with_another_attention_kernel_is_said_once(caplog, tmp_path):
+    import laya_robustness
+
+    model, processor = load_model(str(EMBEDDED_MODEL), "sdpa"), load_processor(str(EMBEDDED_MODEL))
+    arguments = {"families": ["option_order"], "rows_per_set": 2, "invariance": False}
+    with caplog.at_level("WARNING", logger="laya_robustness"):
+        laya_robustness.run_gate(model, processor=processor, **arguments)
+    said = [r.getMessage() for r in caplog.records if "runs attention" in r.getMessage()]
+    assert said == ["robustness gate: the model in memory runs attention 'sdpa', not the gate's 'eager': its "
+                    "numbers differ from the checkpoint's under 'eager' in their last digits (about the 6th decimal), "
+                    "and a snapshot of it is another configuration's (attn_implementation='sdpa' names it)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="laya_robustness"):  # the same kernel as the gate's: nothing said
+        laya_robustness.run_gate(load_model(str(EMBEDDED_MODEL), "eager"), processor=processor, **arguments)
+    assert not [r for r in caplog.records if "runs attention" in r.getMessage()]

@@ -4,6 +4,7 @@ with their identities and counters; which families and conditions they cannot ta
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from laya_robustness.run.errors import HarnessError, stops_run
@@ -16,6 +17,9 @@ from laya_robustness.run.scoring.models import (
 )
 from laya_robustness.scoring.base import capabilities
 from laya_robustness.scoring.in_memory import unwrapped
+
+
+logger = logging.getLogger("laya_robustness")
 
 
 def served_without_dual(what: str) -> str:
@@ -141,7 +145,19 @@ class RunScorers:
                 raise self._load_failed(key, self.source_model(source), device, exc) from exc
             self._scorers[key] = scorer
             self.identities[key] = dict(getattr(scorer, "identity", {}))
+            if source == "rows" and self.model_object is not None:
+                self._say_attention(self.identities[key].get("attn_implementation"))
         return self._scorers[key]
+
+    def _say_attention(self, kernel: str | None) -> None:
+        """One line when a model in memory runs another attention kernel than the gate's (``--attn-implementation``):
+        its numbers move in their last digits, and its snapshot is another configuration's."""
+        wanted = self.settings.attn_implementation
+        if kernel and kernel != wanted:
+            logger.warning("robustness gate: the model in memory runs attention %r, not the gate's %r: its numbers "
+                           "differ from the checkpoint's under %r in their last digits (about the 6th decimal), and "
+                           "a snapshot of it is another configuration's (attn_implementation=%r names it)", kernel,
+                           wanted, wanted, kernel)
 
     def scorer_stats(self) -> dict[str, dict]:
         """The counters (``stats``) of this process's scorers by identity key, plus what the xdist workers sent."""
