@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from laya_robustness.pytest_plugin.options import default_of
+from laya_robustness.report.review import half_widths
 from laya_robustness.run.files import file_safe
 from laya_robustness.run.inputs.fingerprints import data_fingerprint, families_label, model_fingerprint
 from laya_robustness.run.scoring.models import identity_key
@@ -193,8 +194,7 @@ def snapshot_changes(stored: dict, actual: dict) -> list[str]:
             moved.append(((3, 0.0, name), f"{change} (no interval)"))
             continue
         low, high = interval
-        half = (high - low) / 2
-        units = abs(now - was) / half if half > 0 else math.inf
+        units = half_widths(was, now, interval)
         beyond = not low <= now <= high
         where = f"{'BEYOND' if beyond else 'within'} its 95% interval [{_number(low)}, {_number(high)}]"
         moved.append(((1 if beyond else 2, -units, name), f"{change} ({where}, {units:.1f} half-widths)"))

@@ -64,10 +64,7 @@ class Move:
 
     @property
     def half_widths(self) -> float:
-        if not self.interval:
-            return 0.0
-        half = (self.interval[1] - self.interval[0]) / 2
-        return abs(self.new - self.old) / half if half > 0 else math.inf
+        return half_widths(self.old, self.new, self.interval) if self.interval else 0.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +96,13 @@ class Comparison:
             return (f"REGRESSED (exit 1): {self.regressions} regression(s) beyond noise; {beyond} headline(s) moved "
                     "beyond noise")
         return f"PASSED (exit 0): no regression beyond noise; {beyond} headline(s) moved beyond noise"
+
+
+def half_widths(old: float, new: float, interval) -> float:
+    """How far ``old`` -> ``new`` moved in half-widths of ``old``'s interval: ``|new - old| / ((high - low) / 2)``
+    (infinite for an interval of no width)."""
+    half = (interval[1] - interval[0]) / 2
+    return abs(new - old) / half if half > 0 else math.inf
 
 
 def read_report(folder: str | Path) -> Report:

@@ -75,9 +75,9 @@ class RunOutcome:
     limitation of each judged check that has one; ``source_rows``: the question rows by dataset (report.html shows
     them); ``report_dir``: the run's ``--report-dir``; ``journal_given``: whether ``--journal`` names a journal of
     the user's own (kept); ``scorer_stats``: the scorers' counters; ``written`` and ``kept_previous_report``: what
-    writing the reports did (empty until they are written)."""
+    writing the reports did (empty until they are written); ``caller_status`` and ``nothing_judged``: how the
+    caller's side ended, which with the harness errors decide ``exit_status``."""
 
-    exit_status: int
     reports: Mapping[str, DeviceReport]
     scopes: Mapping[str, Scope]
     incomplete_reason: str | None
@@ -96,11 +96,12 @@ class RunOutcome:
     @classmethod
     def decided(cls, ending: Ending, **values) -> "RunOutcome":
         """The outcome of a run that ended as ``ending`` says, its exit status decided (see the module doc)."""
-        outcome = cls(exit_status=ending.status, nothing_judged=ending.nothing_judged, caller_status=ending.status,
-                      **values)
-        return replace(outcome, exit_status=outcome._status())
+        return cls(nothing_judged=ending.nothing_judged, caller_status=ending.status, **values)
 
-    def _status(self) -> int:
+    @property
+    def exit_status(self) -> int:
+        """The run's exit status, decided from its harness errors, whether it judged nothing and the caller's
+        status (see the module doc)."""
         if self.harness_errors:
             return EXIT_HARNESS
         if self.nothing_judged is not None:
@@ -126,13 +127,11 @@ class RunOutcome:
         return [r for d, report in sorted(self.reports.items()) if device in (None, d) for r in report.results]
 
     def with_errors(self, errors: Sequence[str]) -> "RunOutcome":
-        """The outcome with harness errors that came after the run ended (writing its reports), its status
-        decided again."""
+        """The outcome with harness errors that came after the run ended (writing its reports)."""
         added = tuple(e for e in errors if e not in self.harness_errors)
         if not added:
             return self
-        outcome = replace(self, harness_errors=(*self.harness_errors, *added))
-        return replace(outcome, exit_status=outcome._status())
+        return replace(self, harness_errors=(*self.harness_errors, *added))
 
     def with_written(self, written: Sequence[Path], kept_previous_report: bool, errors: Sequence[str] = ()
                      ) -> "RunOutcome":
