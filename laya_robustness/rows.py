@@ -70,11 +70,14 @@ class RowError(ValueError):
     """A row that cannot be read; the message names the file, line (or table row) and field.
 
     ``unit`` is ``"line"`` for text files (``file:12``) and ``"row"`` for tables, where
-    ``line`` is the 0-based row index of the file (``file row 12``).
+    ``line`` is the 0-based row index of the file (``file row 12``). ``fix``: what to write instead, for the
+    row's kind (the loaders' report prints it under the message; None: none said).
     """
 
-    def __init__(self, path: str | Path, line: int | None, field_name: str, problem: str, *, unit: str = "line"):
+    def __init__(self, path: str | Path, line: int | None, field_name: str, problem: str, *, unit: str = "line",
+                 fix: str | None = None):
         self.path, self.line, self.field_name, self.problem, self.unit = str(path), line, field_name, problem, unit
+        self.fix = fix
         super().__init__(f"{location(path, line, unit)}: field '{field_name}': {problem}")
 
 

@@ -1,4 +1,5 @@
-"""Fuzzed loaders: every JSONL file, TSV file and parquet table either loads or raises a RowError naming the file.
+"""Fuzzed loaders: every JSONL file, TSV file and parquet table either loads or raises one RowErrors naming the file
+in each of its problems.
 
 Bounded and deterministic (``derandomize=True``, no example database), a few seconds in all.
 """
@@ -14,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from laya_robustness.loaders import LoadSettings, load_jsonl, load_rows, load_tsv
-from laya_robustness.rows import PRIMITIVES, RECORD_FIELDS, RowError
+from laya_robustness.loaders import LoadSettings, RowErrors, load_jsonl, load_rows, load_tsv
+from laya_robustness.loaders.problems import SHOWN
+from laya_robustness.rows import PRIMITIVES, RECORD_FIELDS
 
 FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=120,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -52,10 +54,14 @@ def data_dir(tmp_path_factory):
 
 
 def _assert_loads_or_names_the_file(load, path):
+    """The file loads, or one RowErrors names each of its problems in this file, in line (or row) order."""
     try:
         load(path)
-    except RowError as exc:
-        assert str(path) in str(exc), exc
+    except RowErrors as exc:
+        assert exc.problems and all(p.path == str(path) for p in exc.problems), exc
+        lines = [-1 if p.line is None else p.line for p in exc.problems]
+        assert lines == sorted(lines), exc
+        assert str(exc).count(str(path)) >= min(len(exc.problems), SHOWN), exc
 
 
 # -- JSONL --------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from laya_robustness.loaders import LoadSettings, scan_rows
+from laya_robustness.loaders import LoadSettings, RowErrors, scan_rows
 from laya_robustness.loaders.jsonl import MAX_LINE_BYTES
 from laya_robustness.loaders.tsv import MAX_COLUMNS
 from laya_robustness.loaders.validate import MAX_TEXT_CHARS
@@ -56,11 +56,12 @@ def test_an_image_linked_to_a_file_outside_the_data_is_refused(tmp_path):
     manifest(data, row(0), row(1))
     image(data / "images" / "0.png")
     (data / "images" / "1.png").symlink_to(secret)
-    with pytest.raises(RowError) as raised:
+    with pytest.raises(RowErrors) as raised:
         scan_rows(data)
-    assert str(raised.value) == (f"{data / 'colours.jsonl'}:2: field 'images[0]': image path 'images/1.png' is a "
-                                 f"link to {secret}, outside the data directory {data}; pass --allow-outside-data "
-                                 "yes to read it")
+    [problem] = raised.value.problems
+    assert str(problem) == (f"{data / 'colours.jsonl'}:2: field 'images[0]': image path 'images/1.png' is a "
+                            f"link to {secret}, outside the data directory {data}; pass --allow-outside-data "
+                            "yes to read it")
     allowed = scan_rows(data, LoadSettings(allow_outside_data=True))
     assert [len(r.images) for r in allowed["colours"]] == [1, 1]
 
@@ -97,11 +98,12 @@ def test_a_tsv_header_of_a_million_columns_is_refused_at_once(tmp_path):
     header = ["index", "image_path", "question", "answer", "A", "B"] + [f"c{i}" for i in range(1_000_000)]
     path = tsv(tmp_path / "wide.tsv", header, ["1", "x.png", "What colour?", "A", "red", "blue"] + [""] * 1_000_000)
     started = time.monotonic()
-    with pytest.raises(RowError) as raised:
+    with pytest.raises(RowErrors) as raised:
         scan_rows(path)
     assert time.monotonic() - started < 5
-    assert str(raised.value) == (f"{path}:1: field '<header>': 1,000,006 columns, over the limit of "
-                                 f"{MAX_COLUMNS:,} (a VLMEvalKit TSV has a dozen or two)")
+    [problem] = raised.value.problems
+    assert str(problem) == (f"{path}:1: field '<header>': 1,000,006 columns, over the limit of "
+                            f"{MAX_COLUMNS:,} (a VLMEvalKit TSV has a dozen or two)")
 
 
 def test_a_column_given_twice_is_found_in_a_header_at_the_bound(tmp_path):
@@ -124,11 +126,12 @@ def test_a_manifest_text_field_past_the_bound_is_refused(tmp_path, field, value,
     data = tmp_path / "data"
     manifest(data, row(0, **{field: value}))
     image(data / "images" / "0.png")
-    with pytest.raises(RowError) as raised:
+    with pytest.raises(RowErrors) as raised:
         scan_rows(data)
-    assert str(raised.value) == (f"{data / 'colours.jsonl'}:1: field '{named}': {MAX_TEXT_CHARS + 1:,} characters, "
-                                 f"over the limit of {MAX_TEXT_CHARS:,} for a text field (far longer than any real "
-                                 "question, option or context)")
+    [problem] = raised.value.problems
+    assert str(problem) == (f"{data / 'colours.jsonl'}:1: field '{named}': {MAX_TEXT_CHARS + 1:,} characters, "
+                            f"over the limit of {MAX_TEXT_CHARS:,} for a text field (far longer than any real "
+                            "question, option or context)")
 
 
 def test_a_tsv_question_of_20_mb_is_refused_naming_its_line_and_column(tmp_path):

@@ -9,7 +9,7 @@ import zlib
 import pytest
 from PIL import Image
 
-from laya_robustness.loaders import LoadSettings, load_jsonl, scan_rows
+from laya_robustness.loaders import LoadSettings, RowErrors, load_jsonl, scan_rows
 from laya_robustness.rows import RowError
 
 
@@ -40,10 +40,11 @@ def test_an_image_over_the_pixel_limit_is_a_row_error_with_our_message(tmp_path,
     path = _manifest(tmp_path, png_header_only(width, height))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Pillow's DecompressionBombWarning must not reach the user
-        with pytest.raises(RowError) as info:
+        with pytest.raises(RowErrors) as info:
             scan_rows(path)
-    assert str(info.value) == (f"{path}:1: field 'images[0]': image {tmp_path}/big.png is {size_text} pixels, over "
-                               f"the limit of 40,000,000 (raise it with --max-image-pixels)")
+    [problem] = info.value.problems
+    assert str(problem) == (f"{path}:1: field 'images[0]': image {tmp_path}/big.png is {size_text} pixels, over "
+                            f"the limit of 40,000,000 (raise it with --max-image-pixels)")
 
 
 def test_raising_the_limit_admits_the_header_and_restores_pillows_limit(tmp_path):
@@ -68,11 +69,12 @@ def test_the_limit_is_exact(tmp_path):
 
 def test_an_encoded_file_over_the_byte_bound_is_refused_before_reading(tmp_path):
     path = _manifest(tmp_path, b"\x00" * ((1 << 20) + 401))
-    with pytest.raises(RowError) as info:
+    with pytest.raises(RowErrors) as info:
         scan_rows(path, LoadSettings(max_image_pixels=100))
-    assert str(info.value) == (f"{path}:1: field 'images[0]': the encoded image is 1,048,977 bytes, over the limit "
-                               f"of 1,048,976 (4 bytes per pixel of --max-image-pixels 100, plus 1 MiB); raise "
-                               f"--max-image-pixels to read it")
+    [problem] = info.value.problems
+    assert str(problem) == (f"{path}:1: field 'images[0]': the encoded image is 1,048,977 bytes, over the limit "
+                            f"of 1,048,976 (4 bytes per pixel of --max-image-pixels 100, plus 1 MiB); raise "
+                            f"--max-image-pixels to read it")
 
 
 def test_garbage_and_truncated_images_are_row_errors(tmp_path):

@@ -2,11 +2,12 @@
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from laya_robustness.loaders import LoadSettings, load_jsonl, load_rows
+from laya_robustness.loaders import LoadSettings, RowErrors, load_jsonl, load_rows
 from laya_robustness.rows import RowError
 
 
@@ -32,9 +33,11 @@ def _manifest(tmp_path, records, name="s.jsonl"):
 
 
 def _error(path, settings=None) -> RowError:
-    with pytest.raises(RowError) as info:
+    """The one problem the file's report names."""
+    with pytest.raises(RowErrors) as info:
         load_jsonl(path, settings)
-    return info.value
+    [problem] = info.value.problems
+    return problem
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -56,9 +59,7 @@ def _error(path, settings=None) -> RowError:
     ({"meta": {"translations": {"French": "Est-ce rouge ?"}}},
      "field 'meta.translations': 'French' is not a language code (lower-case ISO 639, optionally with a region)"),
     ({"meta": {"translations": {"fr": 3}}}, "field 'meta.translations.fr': expected a string, got 3"),
-    ({"quesiton": "x"}, "field 'quesiton': unknown field; did you mean 'question'? (fields: row_id, dataset, "
-                        "group_id, cluster, images, question, options, label, primitive, answers, context, "
-                        "category, meta; put anything else under 'meta')"),
+    ({"quesiton": "x"}, "field 'quesiton': unknown field"),
     ({"answers": ["red"]}, "field 'answers': only open rows have answers; a choice row's gold is its label"),
 ])
 def test_wrong_typed_fields_are_caught_at_load(tmp_path, changes, message):
@@ -137,10 +138,12 @@ def test_a_duplicate_row_id_names_both_places_across_files(tmp_path):
     _manifest(tmp_path, [_record(), _record(row_id="s/1")], name="a.jsonl")
     second = _manifest(tmp_path, [_record(row_id="s/2", dataset="t"), _record(row_id="s/1", dataset="t")],
                        name="b.jsonl")
-    with pytest.raises(RowError) as info:
+    with pytest.raises(RowErrors) as info:
         load_rows(tmp_path)
-    assert str(info.value) == (f"{second}:2: field 'row_id': 's/1' is also the row_id of {tmp_path}/a.jsonl:2 "
-                               f"(row ids must be unique across every file of --data)")
+    [problem] = info.value.problems
+    assert str(problem) == (f"{second}:2: field 'row_id': 's/1' is also the row_id of {tmp_path}/a.jsonl:2 "
+                            f"(row ids must be unique across every file of --data)")
+    assert problem.fix == f"give one of the two rows ({tmp_path}/a.jsonl:2, {second}:2) another 'row_id'"
     path = _manifest(tmp_path, [_record(), _record()], name="a.jsonl")
     assert str(_error(path)) == (f"{path}:2: field 'row_id': 's/0' is also the row_id of {path}:1 (row ids must be "
                                  f"unique across every file of --data)")
@@ -191,11 +194,118 @@ def test_the_users_jsonl_files_are_read_like_manifests(tmp_path, reader):
 ])
 def test_a_right_answer_under_another_datasets_key_is_pointed_to_the_field_of_its_rows_kind(tmp_path, open_row, hint):
     """A row with ``answer`` was told "did you mean 'answers'?", the open rows' field, where a choice row needs
-    ``label``."""
+    ``label``; the field it means is not also said to be missing."""
     record = _record()
     del record["label"]
     if open_row:
         del record["options"]
+        record["primitive"] = "open"
     record["answer"] = 1
     path = _manifest(tmp_path, [record])
-    assert str(_error(path)).startswith(f"{path}:1: field 'answer': unknown field; {hint} (fields: ")
+    problem = _error(path)
+    assert str(problem) == f"{path}:1: field 'answer': unknown field"
+    assert problem.fix.startswith(f"{hint} (the fields: row_id, dataset, ")
+
+
+# -- every problem at once ----------------------------------------------------------------------------------------
+
+
+def _lines(path, *lines):
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+def test_every_problem_of_every_row_and_file_is_named_at_once_with_the_fix_for_its_rows_kind(tmp_path):
+    """Problems of several kinds on several rows of two files, a line that is not JSON among them: one error names
+    every one, in file and line order, each with the fix for its row's kind; the good rows around them are read."""
+    (tmp_path / "a.png").write_bytes(_png())
+    no_dataset = {k: v for k, v in _record(row_id="a/1", label=..., answer=1).items() if k != "dataset"}
+    first = _lines(tmp_path / "a.jsonl",
+                   no_dataset,                                                                  # 1: two problems
+                   _record(row_id="a/2"),                                                       # 2: good
+                   _record(row_id="a/3", primitive="noul", options=["yes", "maybe"], label=0),  # 3: noul options
+                   '{"row_id": "a/4", "question": ',                                            # 4: not JSON
+                   _record(row_id="a/5", primitive="open", options=..., label=..., answers=[]),  # 5: open, no answers
+                   _record(row_id="a/6"))                                                       # 6: good
+    second = _lines(tmp_path / "b.jsonl",
+                    _record(row_id="a/2", dataset="b"),                                  # 1: a/2 again
+                    _record(row_id="b/2", dataset="b", question="", label=5))            # 2: two problems
+    with pytest.raises(RowErrors) as info:
+        load_rows(tmp_path)
+    found = [(Path(p.path).name, p.line, p.field_name) for p in info.value.problems]
+    assert found == [("a.jsonl", 1, "answer"), ("a.jsonl", 1, "dataset"), ("a.jsonl", 3, "options"),
+                     ("a.jsonl", 4, "<json>"), ("a.jsonl", 5, "answers"), ("b.jsonl", 1, "row_id"),
+                     ("b.jsonl", 2, "question"), ("b.jsonl", 2, "label")]
+    fixes = [p.fix for p in info.value.problems]
+    assert fixes[0].startswith("did you mean 'label' (a choice row's right answer: the index of the right option")
+    assert fixes[1] == ("'dataset' is required in every row of a manifest: the name the reports group its rows "
+                        "under, e.g. \"dataset\": \"a\"")
+    assert fixes[2] == "a noul row's 'options': [\"no\", \"yes\"] (its label: 0 for no, 1 for yes)"
+    assert fixes[3].startswith("write the line as one JSON object in UTF-8")
+    assert fixes[4] == "an open row's 'answers': a non-empty list of the accepted answer texts"
+    assert fixes[5] == f"give one of the two rows ({first}:2, {second}:1) another 'row_id'"
+    assert fixes[7] == "a choice row's 'label': the index of the right option in 'options', from 0"
+    report = str(info.value)
+    assert report.splitlines()[0] == "8 problems in 2 files:"
+    assert report.splitlines()[-1] == ("  the fields each kind of row needs, in each kind of file: "
+                                       "docs/data.md#required-fields")
+    for problem in info.value.problems:
+        assert f"  {problem}\n    fix: {problem.fix}\n" in report
+
+
+def test_a_line_that_is_not_json_is_named_and_the_next_line_read(tmp_path):
+    (tmp_path / "a.png").write_bytes(_png())
+    path = _lines(tmp_path / "s.jsonl", _record(), "{not json", "[1, 2]", _record(row_id="s/1", label=7),
+                  _record(row_id="s/2"))
+    latin1 = json.dumps(_record(row_id="s/3", question="caf\u00e9"), ensure_ascii=False).encode("latin-1")
+    path.write_bytes(path.read_bytes() + latin1 + b"\n")  # line 6: a byte that is not UTF-8
+    with pytest.raises(RowErrors) as info:
+        load_jsonl(path)
+    assert [(p.line, p.field_name) for p in info.value.problems] == [
+        (2, "<json>"), (3, "<json>"), (4, "label"), (6, "question")]
+    assert str(info.value.problems[1]) == f"{path}:3: field '<json>': expected an object, got list"
+    assert info.value.problems[3].fix == "save the file as UTF-8"
+
+
+def test_a_line_over_the_bound_is_skipped_whole_and_the_lines_after_it_counted_right(tmp_path, monkeypatch):
+    import laya_robustness.loaders.jsonl as jsonl
+
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 64)
+    (tmp_path / "a.png").write_bytes(_png())
+    path = _lines(tmp_path / "s.jsonl", '{"row_id": "' + "x" * 300 + '"}', '{"row_id": 5}')
+    with pytest.raises(RowErrors) as info:
+        load_jsonl(path)
+    assert [(p.line, p.field_name) for p in info.value.problems] == [
+        (1, "<json>"), (2, "dataset"), (2, "row_id"), (2, "question"), (2, "options"), (2, "label")]
+
+
+def test_the_report_shows_twenty_problems_and_counts_the_rest(tmp_path):
+    (tmp_path / "a.png").write_bytes(_png())
+    path = _manifest(tmp_path, [_record(row_id=f"s/{i}", label=9) for i in range(25)])
+    with pytest.raises(RowErrors) as info:
+        load_jsonl(path)
+    assert len(info.value.problems) == 25 and not info.value.stopped
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"25 problems in {path}, the first 20 shown:"
+    assert [line for line in lines if line.startswith(f"  {path}:")] == [
+        f"  {path}:{i}: field 'label': 9 is not an index into 2 options" for i in range(1, 21)]
+    assert lines[-2:] == ["  ... and 5 more (every file was read to its end)",
+                          "  the fields each kind of row needs, in each kind of file: docs/data.md#required-fields"]
+
+
+def test_reading_stops_at_the_cap_and_says_so(tmp_path, monkeypatch):
+    import laya_robustness.loaders.problems as problems
+
+    monkeypatch.setattr(problems, "COUNT_CAP", 30)
+    path = _manifest(tmp_path, [_record(row_id=f"s/{i}", label=9) for i in range(50)])
+    with pytest.raises(RowErrors) as info:
+        load_jsonl(path)
+    assert len(info.value.problems) == 30 and info.value.stopped
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"at least 30 problems in {path}, the first 20 shown:"
+    assert lines[-2] == "  ... and 10 more counted before reading stopped at 30 problems"
+
+
+def test_a_valid_manifest_loads_as_before_the_report(tmp_path):
+    rows = load_jsonl(_manifest(tmp_path, [_record(row_id=f"s/{i}", label=i % 2) for i in (3, 1, 2)]))
+    assert [(r.row_id, r.label) for r in rows] == [("s/3", 1), ("s/1", 1), ("s/2", 0)]

@@ -13,7 +13,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from laya_robustness.__main__ import main  # noqa: E402
-from laya_robustness.loaders import LoadSettings, MissingExtraError, load_rows, scan_rows  # noqa: E402
+from laya_robustness.loaders import LoadSettings, MissingExtraError, RowErrors, load_rows, scan_rows  # noqa: E402
 from laya_robustness.loaders.export import export_parquet  # noqa: E402
 from laya_robustness.loaders.images import ImageRef  # noqa: E402
 from laya_robustness.loaders.settings import parse_data_map  # noqa: E402
@@ -119,23 +119,32 @@ def test_a_hugging_face_style_table_read_through_a_data_map(tmp_path):
     assert [r.row_id for r in load_rows(path, with_ids)["vqa"]] == ["101", "102"]
 
 
-@pytest.mark.parametrize("data_map, field, problem", [
-    ("", "images", "no column 'images', but there is 'image': map it with --data-map images=image (or images= to "
-                   "read none)"),
-    ("images=image", "question", "no column for it (columns: prompt, choices, answer_idx, image); map one with "
-                                 "--data-map question=<column>"),
-    ("images=image,question=prompt", "options", "no 'options' column (choice rows) and no 'answers' column (open "
-                                                "rows) (columns: prompt, choices, answer_idx, image); map one with "
-                                                "--data-map options=<column> or answers=<column>"),
-    ("images=image,question=promt", "question", "column 'promt' (--data-map question=promt) is not in the file; "
-                                                "its columns: prompt, choices, answer_idx, image"),
+IMAGES_UNMAPPED = ("images", "no column 'images', but there is 'image': map it with --data-map images=image (or "
+                             "images= to read none)")
+QUESTION_UNMAPPED = ("question", "no column for it (columns: prompt, choices, answer_idx, image); map one with "
+                                 "--data-map question=<column>")
+OPTIONS_UNMAPPED = ("options", "no 'options' column (choice rows) and no 'answers' column (open rows) (columns: "
+                               "prompt, choices, answer_idx, image); map one with --data-map options=<column> or "
+                               "answers=<column>")
+
+
+@pytest.mark.parametrize("data_map, problems", [
+    ("", [IMAGES_UNMAPPED, QUESTION_UNMAPPED, OPTIONS_UNMAPPED]),
+    ("images=image", [QUESTION_UNMAPPED, OPTIONS_UNMAPPED]),
+    ("images=image,question=prompt", [OPTIONS_UNMAPPED]),
+    ("images=image,question=promt", [("question", "column 'promt' (--data-map question=promt) is not in the "
+                                                  "file; its columns: prompt, choices, answer_idx, image"),
+                                     OPTIONS_UNMAPPED]),
 ])
-def test_unmapped_columns_are_named_with_the_fix(tmp_path, data_map, field, problem):
+def test_unmapped_columns_are_named_with_the_fix(tmp_path, data_map, problems):
+    """Every field whose column is missing is named at once, each with the --data-map entry that maps it."""
     path = _table(tmp_path / "vqa.parquet", {"prompt": ["Q?"], "choices": [["a", "b"]], "answer_idx": [0],
                                              "image": pa.array([None], IMAGE_TYPE)})
-    with pytest.raises(RowError) as info:
+    with pytest.raises(RowErrors) as info:
         scan_rows(path, LoadSettings(parse_data_map(data_map)))
-    assert str(info.value) == f"{path}: field '{field}': {problem}"
+    assert [str(p) for p in info.value.problems] == [f"{path}: field '{field}': {what}" for field, what in problems]
+    assert all(p.fix == f"name a column '{p.field_name}', or map one to it with --data-map {p.field_name}=<column>"
+               for p in info.value.problems)
 
 
 @pytest.mark.parametrize("column, values, field, problem", [
@@ -159,11 +168,13 @@ def test_bad_cells_name_file_row_and_field(tmp_path, column, values, field, prob
     columns = {"question": ["Q?", "Q?"], "options": [["a", "b"], ["a", "b"]], "label": [0, 1]}
     columns[column] = values
     path = _table(tmp_path / "t.parquet", columns)
-    with pytest.raises(RowError) as info:
+    with pytest.raises(RowErrors) as info:
         scan_rows(path)
-    row = 0 if column == "label" and values.type == pa.float64() else 1  # a float column has no int row
-    assert str(info.value).startswith(f"{path} row {row}: field '{field}': {problem.format(dir=tmp_path)}")
-    assert (info.value.line, info.value.unit) == (row, "row")
+    float_labels = column == "label" and values.type == pa.float64()  # a float column has no int row
+    rows = [0, 1] if float_labels else [1]
+    assert [(p.line, p.unit, p.field_name) for p in info.value.problems] == [(row, "row", field) for row in rows]
+    first = info.value.problems[0]
+    assert str(first).startswith(f"{path} row {rows[0]}: field '{field}': {problem.format(dir=tmp_path)}")
 
 
 def test_open_rows_from_an_answers_column(tmp_path):
@@ -206,9 +217,10 @@ def test_a_save_to_disk_directory(tmp_path):
     assert [(r.row_id, r.label, len(r.images)) for r in rows] == [("my_set/0", 0, 1), ("my_set/1", 1, 0)]
     assert rows[0].images[0].getpixel((0, 0)) == (9, 9, 9)
     datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "dict"))
-    with pytest.raises(RowError) as info:
+    with pytest.raises(RowErrors) as info:
         scan_rows(tmp_path / "dict")
-    assert str(info.value) == (f"{tmp_path}/dict/dataset_dict.json: field '<file>': a DatasetDict (splits: "
+    [problem] = info.value.problems
+    assert str(problem) == (f"{tmp_path}/dict/dataset_dict.json: field '<file>': a DatasetDict (splits: "
                                f"validation); point --data at one split, e.g. {tmp_path}/dict/validation")
 
 
@@ -221,6 +233,30 @@ def test_a_file_that_is_not_parquet(tmp_path):
     other.write_text("a,b\n")
     with pytest.raises(RowError, match=r"t\.csv: field '<file>': unsupported file type '\.csv'"):
         scan_rows(other)
+
+
+def test_the_problems_of_a_manifest_table_rows_and_a_broken_shard_are_named_at_once(tmp_path, capsys):
+    """A manifest's bad line, two bad rows of a shard and a shard that is not parquet: one error (exit 4 from the
+    command line) names each, in file and row order, each with its fix."""
+    manifest = tmp_path / "a.jsonl"
+    manifest.write_text(json.dumps({"row_id": "a/0", "dataset": "a", "question": "Q?", "options": ["x", "y"],
+                                    "label": 9}) + "\n")
+    (tmp_path / "vqa").mkdir()
+    shard = _table(tmp_path / "vqa" / "0.parquet", {"question": ["Q?", "Q?", None], "options": [["a", "b"]] * 3,
+                                                     "label": [0, 5, 1]})
+    (tmp_path / "vqa" / "1.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(RowErrors) as info:
+        scan_rows(tmp_path)
+    assert [(p.path, p.line, p.unit, p.field_name) for p in info.value.problems] == [
+        (str(manifest), 1, "line", "label"), (str(shard), 1, "row", "label"), (str(shard), 2, "row", "question"),
+        (f"{tmp_path}/vqa/1.parquet", None, "line", "<file>")]
+    choice_label = "a choice row's 'label': the index of the right option in 'options', from 0"
+    assert [p.fix for p in info.value.problems][:3] == [choice_label, choice_label,
+                                                        "'question': the question's text, not empty"]
+    assert main(["export-parquet", str(tmp_path), str(tmp_path / "out")]) == 4
+    err = capsys.readouterr().err
+    assert err.startswith("error: 4 problems in 3 files:\n") and not (tmp_path / "out").exists()
+    assert all(f"  {p}\n    fix: {p.fix}\n" in err for p in info.value.problems)
 
 
 def test_without_pyarrow_the_error_names_the_extra(tmp_path, monkeypatch):

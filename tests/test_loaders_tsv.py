@@ -6,7 +6,7 @@ import io
 import pytest
 from PIL import Image
 
-from laya_robustness.loaders import load_rows, load_tsv
+from laya_robustness.loaders import RowErrors, load_rows, load_tsv
 from laya_robustness.rows import RowError
 
 HEADER = "index\timage\tquestion\thint\tA\tB\tC\tD\tanswer\tcategory\n"
@@ -28,10 +28,17 @@ def _tsv(tmp_path, lines, header=HEADER, name="bench.tsv"):
     return path
 
 
-def _error(path, **kwargs) -> RowError:
-    with pytest.raises(RowError) as info:
+def _problems(path, **kwargs) -> list[RowError]:
+    """Every problem the file's report names."""
+    with pytest.raises(RowErrors) as info:
         load_tsv(path, **kwargs)
-    return info.value
+    return info.value.problems
+
+
+def _error(path, **kwargs) -> RowError:
+    """The one problem the file's report names."""
+    [problem] = _problems(path, **kwargs)
+    return problem
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -60,7 +67,10 @@ def test_a_gap_in_the_options_is_refused_instead_of_shifting_the_label(tmp_path)
 
 def test_a_row_with_only_index_and_image_is_refused(tmp_path):
     path = _tsv(tmp_path, [f"1\t{B64}\t\t\t\t\t\t\t\t\n"])
-    assert str(_error(path)) == f"{path}:2: field 'question': empty"
+    assert [str(p) for p in _problems(path)] == [
+        f"{path}:2: field 'question': empty",
+        f"{path}:2: field 'A': empty: a choice row needs at least two options (A and B)",
+        f"{path}:2: field 'answer': empty: a choice row needs its gold option letter"]
     path = _tsv(tmp_path, [f"1\t{B64}\n"])
     assert str(_error(path)) == f"{path}:2: field '<tsv>': 2 cells, but the header has 10 columns"
 
@@ -93,8 +103,11 @@ def test_a_dangling_or_circular_image_reference_names_both_rows(tmp_path):
     assert str(_error(path)) == (f"{path}:3: field 'image': refers to the image of index '7', which no row of "
                                  f"bench.tsv has (a cell of at most 64 characters is another row's index)")
     path = _tsv(tmp_path, ["1\t2\tQ?\t\ta\tb\t\t\tA\tc\n", "2\t1\tQ?\t\ta\tb\t\t\tA\tc\n"])
-    assert str(_error(path)) == (f"{path}:2: field 'image': circular image reference: index '1' ({path}:2) -> "
-                                 f"index '2' ({path}:3) -> index '1' ({path}:2)")
+    assert [str(p) for p in _problems(path)] == [
+        f"{path}:2: field 'image': circular image reference: index '1' ({path}:2) -> index '2' ({path}:3) -> "
+        f"index '1' ({path}:2)",
+        f"{path}:3: field 'image': circular image reference: index '2' ({path}:3) -> index '1' ({path}:2) -> "
+        f"index '2' ({path}:3)"]
 
 
 def test_a_list_of_base64_images_gives_a_multi_image_row(tmp_path):
@@ -144,7 +157,7 @@ def test_open_answer_tsv_without_option_columns(tmp_path):
 
 def test_non_utf8_tsv_names_line_and_column(tmp_path):
     path = tmp_path / "bench.tsv"
-    path.write_bytes(HEADER.encode() + f"1\t{B64}\tWhich?\tcaf".encode() + b"\xe9" + f"\ta\tb\t\t\tA\tc\n".encode())
+    path.write_bytes(HEADER.encode() + f"1\t{B64}\tWhich?\tcaf".encode() + b"\xe9" + "\ta\tb\t\t\tA\tc\n".encode())
     assert str(_error(path)) == f"{path}:2: field 'hint': not UTF-8: byte 0xe9 at character 4 of the cell"
 
 
@@ -167,11 +180,18 @@ def test_duplicate_index_names_both_lines(tmp_path):
                                                        "columns A, B, D"),
     ("index\timage\tquestion\tA\tanswer\n", "B", "column missing from the header: a choice TSV has option "
                                                  "columns A, B, ..."),
-    ("index\timage\tquestion\tA\tA\tanswer\n", "A", "column given twice in the header"),
+    ("index\timage\tquestion\tA\tA\tB\tanswer\n", "A", "column given twice in the header"),
 ])
 def test_bad_headers(tmp_path, header, field, problem):
     path = _tsv(tmp_path, [], header=header)
     assert str(_error(path)) == f"{path}:1: field '{field}': {problem}"
+
+
+def test_every_problem_of_a_header_is_named(tmp_path):
+    path = _tsv(tmp_path, [f"1\t{B64}\tQ?\tA\n"], header="index\timage\tquestion\tA\tA\n")
+    assert [(p.field_name, p.problem) for p in _problems(path)] == [
+        ("A", "column given twice in the header"), ("answer", "column missing from the header"),
+        ("B", "column missing from the header: a choice TSV has option columns A, B, ...")]
 
 
 def test_bad_base64_and_a_huge_payload(tmp_path):
@@ -190,3 +210,26 @@ def test_bad_base64_and_a_huge_payload(tmp_path):
 def test_load_rows_reads_a_tsv_among_manifests(tmp_path):
     _tsv(tmp_path, [f"1\t{B64}\tQ?\t\ta\tb\t\t\tA\tc\n"])
     assert [r.row_id for r in load_rows(tmp_path)["bench"]] == ["bench/1"]
+
+
+def test_every_problem_of_every_line_of_two_tsvs_is_named_at_once(tmp_path):
+    """A choice TSV and an open one: each bad line's problems (a line of the wrong width, a row id given twice
+    among them) in one error, in file and line order, each with the fix for its file's kind of row."""
+    _tsv(tmp_path, [f"1\t{B64}\tQ?\t\tcat\tdog\t\t\tA\tc\n",       # 2: good
+                    f"2\t{B64}\t\t\tcat\tdog\t\t\tE\tc\n",         # 3: no question, no option E
+                    "3\tQ?\n",                                      # 4: two cells
+                    f"4\t{B64}\tQ?\t\tcat\tdog\t\t\tB\tc\n",       # 5: good
+                    f"1\t{B64}\tQ?\t\tcat\tdog\t\t\tB\tc\n"])      # 6: index 1 again
+    _tsv(tmp_path, [f"1\t{B64}\tQ?\t\tc\n", "2\t9\tQ?\tyes\tc\n"], header="index\timage\tquestion\tanswer\tcategory\n",
+         name="open.tsv")
+    with pytest.raises(RowErrors) as info:
+        load_rows(tmp_path)
+    assert [(p.path.rsplit("/", 1)[1], p.line, p.field_name) for p in info.value.problems] == [
+        ("bench.tsv", 3, "question"), ("bench.tsv", 3, "answer"), ("bench.tsv", 4, "<tsv>"),
+        ("bench.tsv", 6, "row_id"), ("open.tsv", 2, "answer"), ("open.tsv", 3, "image")]
+    fixes = [p.fix for p in info.value.problems]
+    assert fixes[1] == "'answer': the letter of the right option's column (one of A, B, ...)"
+    assert fixes[2] == "one row a line, its cells separated by tabs, as many as the header has columns"
+    assert fixes[3] == f"give one of the two rows ({tmp_path}/bench.tsv:2, {tmp_path}/bench.tsv:6) another 'index'"
+    assert fixes[4] == "'answer': the accepted answer, or a list literal of them (['yes', 'Yes'])"
+    assert fixes[5].startswith("'image': a base64 image, a list literal of them, or the index of the row whose")

@@ -7,7 +7,8 @@ each subdirectory that is a saved dataset or holds parquet shards is a dataset n
 (a ``dataset`` column, where there is one, names the dataset of each row instead).
 
 :func:`scan_rows` validates every row and checks every image from its header, and decodes no
-pixels; :func:`load_rows` also decodes them. Row ids must be unique across all files.
+pixels; :func:`load_rows` also decodes them. Row ids must be unique across all files. Every file is read to its
+end and the problems of all of them raised together, as one ``RowErrors`` (``loaders.problems``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from typing import Iterable
 
 from laya_robustness.loaders.arrow import MissingExtraError, read_table_files
 from laya_robustness.loaders.jsonl import read_jsonl
+from laya_robustness.loaders.problems import Problems, RowErrors
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.tsv import read_tsv
-from laya_robustness.loaders.validate import SourceRow, refuse_duplicates
+from laya_robustness.loaders.validate import SourceRow, duplicate
 from laya_robustness.rows import Row, RowError
 
-__all__ = ["DataSource", "LoadSettings", "MissingExtraError", "SourceRow", "find_sources", "load_jsonl",
+__all__ = ["DataSource", "LoadSettings", "MissingExtraError", "RowErrors", "SourceRow", "find_sources", "load_jsonl",
            "load_rows", "load_tsv", "scan_rows"]
 
 FILE_KINDS = {".jsonl": "jsonl", ".tsv": "tsv", ".parquet": "parquet"}
@@ -97,49 +99,87 @@ def find_sources(source: Path) -> list[DataSource]:
     return out
 
 
-def _read(source: DataSource, data_root: Path, settings: LoadSettings) -> Iterable[SourceRow]:
+def _read(source: DataSource, data_root: Path, settings: LoadSettings, problems: Problems) -> Iterable[SourceRow]:
     if source.kind == "jsonl":
-        return read_jsonl(source.files[0], data_root, settings)
+        return read_jsonl(source.files[0], data_root, settings, problems)
     if source.kind == "tsv":
-        return read_tsv(source.files[0], data_root, settings)
-    return read_table_files(list(source.files), source.dataset, data_root, settings)
+        return read_tsv(source.files[0], data_root, settings, problems)
+    return read_table_files(list(source.files), source.dataset, data_root, settings, problems)
+
+
+def _good_rows(sources: list[DataSource], data_root: Path, settings: LoadSettings,
+               problems: Problems) -> list[SourceRow]:
+    """Every row of ``sources`` that has no problem, in file order; a row id read before is a problem."""
+    seen: dict = {}
+    rows = []
+    for data_source in sources:
+        for row in _read(data_source, data_root, settings, problems):
+            clash = duplicate(row.row_id, row.where, seen)
+            if clash is None:
+                rows.append(row)
+            else:
+                problems.add(clash)
+    return rows
 
 
 def scan_rows(source: str | Path, settings: LoadSettings | None = None) -> dict[str, list[SourceRow]]:
     """Every row under ``source`` by dataset, validated, its images checked from their headers but not decoded.
 
-    Raises RowError (file, line or row, field) for bad data, FileNotFoundError when there is none.
+    Every file is read to its end: bad data raises one RowErrors naming each problem's file, line or row, field and
+    fix; FileNotFoundError when there is none.
     """
     settings = settings or LoadSettings()
     source = Path(source)
     data_root = source if source.is_dir() else source.parent
+    problems = Problems()
+    try:
+        sources = find_sources(source)
+    except RowError as exc:  # what --data points at cannot be read: nothing more to read
+        problems.add(exc)
+        raise problems.error() from None
     by_dataset: dict[str, list[SourceRow]] = {}
-    seen: dict = {}
-    for data_source in find_sources(source):
-        for row in _read(data_source, data_root, settings):
-            refuse_duplicates([(row.row_id, row.where)], seen)
-            by_dataset.setdefault(row.dataset, []).append(row)
+    for row in _good_rows(sources, data_root, settings, problems):
+        by_dataset.setdefault(row.dataset, []).append(row)
+    problems.raise_any()
     if not by_dataset:
         raise FileNotFoundError(f"no rows under {source} (--data takes {ACCEPTED})")
     return by_dataset
 
 
+def _decoded(rows: list[SourceRow], problems: Problems) -> list[Row]:
+    """The rows with their images decoded; an image that does not decode is a problem (its row is left out)."""
+    out = []
+    for row in rows:
+        try:
+            out.append(row.load())
+        except RowError as exc:
+            problems.add(exc)
+    return out
+
+
 def load_rows(source: str | Path, settings: LoadSettings | None = None) -> dict[str, list[Row]]:
-    """Every row under ``source`` by dataset, images decoded (RGB)."""
-    return {name: [row.load() for row in rows] for name, rows in scan_rows(source, settings).items()}
+    """Every row under ``source`` by dataset, images decoded (RGB); RowErrors as ``scan_rows``."""
+    problems = Problems()
+    rows = {name: _decoded(rows, problems) for name, rows in scan_rows(source, settings).items()}
+    problems.raise_any()
+    return rows
 
 
 def _load_file(path: Path, kind: str, settings: LoadSettings | None) -> list[Row]:
-    rows = list(_read(DataSource(kind, (path,), path.stem), path.parent, settings or LoadSettings()))
-    refuse_duplicates([(row.row_id, row.where) for row in rows])
-    return [row.load() for row in rows]
+    problems = Problems()
+    source = DataSource(kind, (path,), path.stem)
+    rows = _good_rows([source], path.parent, settings or LoadSettings(), problems)
+    problems.raise_any()
+    decoded = _decoded(rows, problems)
+    problems.raise_any()
+    return decoded
 
 
 def load_jsonl(path: str | Path, settings: LoadSettings | None = None) -> list[Row]:
-    """The rows of one JSONL manifest in file order, images decoded."""
+    """The rows of one JSONL manifest in file order, images decoded; RowErrors naming every problem of the file."""
     return _load_file(Path(path), "jsonl", settings)
 
 
 def load_tsv(path: str | Path, settings: LoadSettings | None = None) -> list[Row]:
-    """The rows of one VLMEvalKit TSV in file order, images decoded."""
+    """The rows of one VLMEvalKit TSV in file order, images decoded; RowErrors naming every problem of the file."""
     return _load_file(Path(path), "tsv", settings)

@@ -6,7 +6,8 @@ Image feature (``{"bytes", "path"}``), a list of them, raw bytes, or paths relat
 A missing ``dataset`` is the source's default name (the file stem, or the directory name for
 shards); a missing ``row_id`` is ``<dataset>/<position>``, the row's 0-based position in its
 dataset (shards in order), as ``datasets`` indexes it. Only the mapped columns are read, and
-image bytes stay encoded until a row is loaded.
+image bytes stay encoded until a row is loaded. Every file is read to its end (a file whose columns do not map,
+or that breaks while read, to there) and every row's problems kept together (``loaders.problems``).
 
 Needs ``pyarrow`` (the ``datasets`` extra).
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from laya_robustness.loaders.images import ImageRef, Where, file_image, payload_image
+from laya_robustness.loaders.problems import Problems, RowErrors, attempt
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.validate import SourceRow, kind, record_row
 from laya_robustness.rows import RECORD_FIELDS, RowError
@@ -49,33 +51,34 @@ def pyarrow_modules(path: Path):
 
 
 def _columns(names: list[str], settings: LoadSettings, where: Where) -> dict[str, str]:
-    """{row field: column} for one file, with errors that say which ``--data-map`` entry would fix it."""
+    """{row field: column} for one file; RowErrors of every field whose column is wrong or missing, each saying
+    which ``--data-map`` entry would fix it."""
     listed = ", ".join(names)
     mapped = {c for c in settings.data_map.values() if c}
     out: dict[str, str] = {}
+    found = []
     for name in RECORD_FIELDS:
-        if name in settings.data_map:
-            column = settings.data_map[name]
-            if not column:
-                continue
-            if column not in names:
-                raise where.error(name, f"column {column!r} (--data-map {name}={column}) is not in the file; "
-                                        f"its columns: {listed}")
+        column = settings.data_map.get(name, name)
+        if column in names:
             out[name] = column
-        elif name in names:
-            out[name] = name
-        else:
+        elif name in settings.data_map and column:
+            found.append(where.error(name, f"column {column!r} (--data-map {name}={column}) is not in the file; "
+                                           f"its columns: {listed}"))
+        elif name not in settings.data_map:
             close = [c for c in difflib.get_close_matches(name, names, n=1, cutoff=CLOSE_NAME) if c not in mapped]
             if close:
-                raise where.error(name, f"no column {name!r}, but there is {close[0]!r}: map it with --data-map "
-                                        f"{name}={close[0]} (or {name}= to read none)")
-    if "question" not in out:
-        raise where.error("question", f"no column for it (columns: {listed}); map one with "
-                                      f"--data-map question=<column>")
-    if "options" not in out and "answers" not in out:
-        raise where.error("options", f"no 'options' column (choice rows) and no 'answers' column (open rows) "
-                                     f"(columns: {listed}); map one with --data-map options=<column> or "
-                                     f"answers=<column>")
+                found.append(where.error(name, f"no column {name!r}, but there is {close[0]!r}: map it with "
+                                               f"--data-map {name}={close[0]} (or {name}= to read none)"))
+    failed = {p.field_name for p in found}
+    if "question" not in out and "question" not in failed:
+        found.append(where.error("question", f"no column for it (columns: {listed}); map one with "
+                                             f"--data-map question=<column>"))
+    if "options" not in out and "answers" not in out and not failed & {"options", "answers"}:
+        found.append(where.error("options", f"no 'options' column (choice rows) and no 'answers' column (open "
+                                            f"rows) (columns: {listed}); map one with --data-map options=<column> "
+                                            f"or answers=<column>"))
+    if found:
+        raise RowErrors(found)
     return out
 
 
@@ -101,9 +104,13 @@ def _image_refs(where: Where, base_dir: Path, data_root: Path, settings: LoadSet
     def refs(value: Any) -> tuple[ImageRef, ...]:
         if value is None:
             return ()
-        if isinstance(value, list):
-            return tuple(one(item, f"images[{i}]") for i, item in enumerate(value))
-        return (one(value, "images"),)
+        if not isinstance(value, list):
+            return (one(value, "images"),)
+        found: list = []
+        out = tuple(attempt(found, one, item, f"images[{i}]") for i, item in enumerate(value))
+        if found:
+            raise RowErrors(found)
+        return out
 
     return refs
 
@@ -144,28 +151,48 @@ def _batches(path: Path):
     return names, batches
 
 
-def read_table_files(files: list[Path], default_dataset: str, data_root: Path,
-                     settings: LoadSettings) -> Iterator[SourceRow]:
-    """The rows of one table source (a parquet file, parquet shards, or the Arrow files of a saved dataset)."""
+def _file_rows(path: Path, fields: dict[str, str], batches, default_dataset: str, positions: dict[str, int],
+               data_root: Path, settings: LoadSettings, problems: Problems) -> Iterator[SourceRow]:
+    """The good rows of one table file, its ``fields`` read from their columns; each bad row's problems go to
+    ``problems`` (``positions``: the rows of each dataset before, for the row ids it makes)."""
+    index = 0
+    for rows in batches(sorted(set(fields.values()))):
+        for values in rows:
+            where = Where(path, index, "row")
+            index += 1
+            try:
+                record = _record(values, fields, where)
+                record.setdefault("dataset", default_dataset)
+                dataset = record["dataset"]
+                if "row_id" not in fields and isinstance(dataset, str):
+                    record["row_id"] = f"{dataset}/{positions.get(dataset, 0)}"
+                    positions[dataset] = positions.get(dataset, 0) + 1
+                row = record_row(record, where, _image_refs(where, path.parent, data_root, settings),
+                                 ints_as_ids=True)
+            except RowError as exc:
+                problems.add(exc)
+                continue
+            yield row
+
+
+def read_table_files(files: list[Path], default_dataset: str, data_root: Path, settings: LoadSettings,
+                     problems: Problems) -> Iterator[SourceRow]:
+    """The good rows of one table source (a parquet file, parquet shards, or the Arrow files of a saved dataset);
+    every problem goes to ``problems``: a file whose columns do not map is skipped, one that breaks is read to
+    there."""
     pa, _, _ = pyarrow_modules(files[0])
     positions: dict[str, int] = {}
     for path in files:
         try:
             names, batches = _batches(path)
             fields = _columns(names, settings, Where(path))
-            wanted = sorted(set(fields.values()))
-            index = 0
-            for rows in batches(wanted):
-                for values in rows:
-                    where = Where(path, index, "row")
-                    record = _record(values, fields, where)
-                    record.setdefault("dataset", default_dataset)
-                    dataset = record["dataset"]
-                    if "row_id" not in fields and isinstance(dataset, str):
-                        record["row_id"] = f"{dataset}/{positions.get(dataset, 0)}"
-                        positions[dataset] = positions.get(dataset, 0) + 1
-                    images = _image_refs(where, path.parent, data_root, settings)
-                    yield record_row(record, where, images, ints_as_ids=True)
-                    index += 1
+        except RowError as exc:  # the file's columns do not map
+            problems.add(exc)
+            continue
         except (pa.ArrowException, OSError) as exc:
-            raise Where(path).error("<file>", f"cannot read the table: {exc}") from None
+            problems.add(Where(path).error("<file>", f"cannot read the table: {exc}"))
+            continue
+        try:
+            yield from _file_rows(path, fields, batches, default_dataset, positions, data_root, settings, problems)
+        except (pa.ArrowException, OSError) as exc:
+            problems.add(Where(path).error("<file>", f"cannot read the table: {exc}"))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from laya_robustness.loaders.fixes import LARGE_IMAGE, OUTSIDE_DATA
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.rows import RowError, location
 
@@ -30,8 +31,8 @@ class Where:
     line: int | None = None
     unit: str = "line"
 
-    def error(self, field_name: str, problem: str) -> RowError:
-        return RowError(self.path, self.line, field_name, problem, unit=self.unit)
+    def error(self, field_name: str, problem: str, fix: str | None = None) -> RowError:
+        return RowError(self.path, self.line, field_name, problem, unit=self.unit, fix=fix)
 
     def __str__(self) -> str:
         return location(self.path, self.line, self.unit)
@@ -78,14 +79,14 @@ def file_image(where: Where, field_name: str, text: str, base_dir: Path, data_ro
     if path.is_absolute():
         if not settings.allow_outside_data:
             raise where.error(field_name, f"absolute image path {text!r} is outside the data directory "
-                                          f"{data_root}; pass --allow-outside-data yes to read it")
+                                          f"{data_root}; pass --allow-outside-data yes to read it", OUTSIDE_DATA)
         full = path
     else:
         full = Path(os.path.normpath(base_dir / path))
         root = Path(os.path.abspath(data_root))
         if not settings.allow_outside_data and not Path(os.path.abspath(full)).is_relative_to(root):
             raise where.error(field_name, f"image path {text!r} leads outside the data directory {data_root}; "
-                                          f"pass --allow-outside-data yes to read it")
+                                          f"pass --allow-outside-data yes to read it", OUTSIDE_DATA)
     if not settings.allow_outside_data:
         full = _inside(where, field_name, text, full, data_root)
     try:
@@ -107,7 +108,7 @@ def _inside(where: Where, field_name: str, text: str, full: Path, data_root: Pat
     target = Path(os.path.realpath(full))
     if not target.is_relative_to(Path(os.path.realpath(data_root))):
         raise where.error(field_name, f"image path {text!r} is a link to {target}, outside the data directory "
-                                      f"{data_root}; pass --allow-outside-data yes to read it")
+                                      f"{data_root}; pass --allow-outside-data yes to read it", OUTSIDE_DATA)
     return target
 
 
@@ -126,7 +127,7 @@ def check_payload_size(where: Where, field_name: str, n_bytes: int, settings: Lo
         raise where.error(field_name, f"the encoded image is {n_bytes:,} bytes, over the limit of "
                                       f"{settings.max_image_bytes:,} (4 bytes per pixel of --max-image-pixels "
                                       f"{settings.max_image_pixels:,}, plus 1 MiB); raise --max-image-pixels to "
-                                      f"read it")
+                                      f"read it", LARGE_IMAGE)
 
 
 @contextlib.contextmanager
@@ -167,7 +168,7 @@ def cap_side(image: Image.Image, max_side: int) -> Image.Image:
 
 def _too_large(ref: ImageRef, size_text: str) -> RowError:
     return ref.where.error(ref.field_name, f"image {ref.name} is {size_text} pixels, over the limit of "
-                                           f"{ref.max_pixels:,} (raise it with --max-image-pixels)")
+                                           f"{ref.max_pixels:,} (raise it with --max-image-pixels)", LARGE_IMAGE)
 
 
 def _open(ref: ImageRef, decode: bool) -> Image.Image | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
 
 from laya_robustness.families.rephrase import attach_variants
-from laya_robustness.loaders import LoadSettings, scan_rows
+from laya_robustness.loaders import LoadSettings, RowErrors, scan_rows
 from laya_robustness.loaders.captions import load_captions
 from laya_robustness.loaders.variants import load_paraphrases, read_user_file
 from laya_robustness.rng import keyed_rng
@@ -260,7 +260,11 @@ class RunInputs:
 
 
 def bad_input(flag: str, problem: object) -> UsageError:
-    """A bad input file of option ``flag`` (the problem names its file, line and field)."""
+    """A bad input file of option ``flag`` (the problem names its file, line and field). A data source's problems
+    (``RowErrors``) say each its fix and where the fields are listed, so nothing is said to type instead: the option
+    was typed right."""
     from laya_robustness.run.inputs.options import bad_value
 
+    if isinstance(problem, RowErrors):
+        return UsageError(f"{flag}: {problem}", flag)
     return bad_value(flag, problem)
