@@ -13,7 +13,9 @@ next collective); the stop decision is broadcast so every rank stops together.
 
 It never kills the training it watches: its inputs are checked before the first step (the rows and limits and the
 report folder when it is made; the processor, whether it belongs to the model and whether the Trainer will call it
-at all at ``on_train_begin``), each a ``UsageError`` naming the argument. A gate that breaks during training (a
+at all at ``on_train_begin``), each a ``UsageError`` naming the argument. The Trainer's console printer is given a
+short kind (``short_console``): an evaluation's robustness numbers show as one line (``console_line``) instead of
+the whole dict, and reach every other callback unchanged. A gate that breaks during training (a
 harness error, or anything else) is logged, written to that checkpoint's folder as ``incomplete.txt``, logged as
 ``robustness/harness_errors``, and training goes on, or, with ``stop_on_fail``, stops once the Trainer has done
 that step's saving. A run that judged nothing counts as failed. A peft (LoRA) model, or any wrapper that exposes its
@@ -28,10 +30,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from laya_robustness.api import GateResult, check_processor, given_options, judge_run
 from laya_robustness.run.errors import HarnessError, UsageError
@@ -49,6 +52,31 @@ PREFIX = "robustness"
 INCOMPLETE_NOTE = "incomplete.txt"
 #: The Trainer's strategy that calls each event, and the setting a user changes to have it called.
 STRATEGY = {"evaluate": "eval_strategy", "save": "save_strategy"}
+#: The longest line the callback shows a person for one evaluation (the console line, the failed checks' warning).
+CONSOLE_WIDTH = 120
+
+
+def console_line(step: int, metrics: dict[str, float], width: int = CONSOLE_WIDTH) -> str:
+    """One evaluation's logged ``metrics`` as a person reads them: the failed checks, then the worst cells (lowest
+    accuracy, highest flip rate, in turn) while the line fits in ``width``.
+
+    >>> console_line(4, {"robustness/text/a/acc": 0.5, "robustness/text/a/flip": 0.25, "robustness/failed_checks": 1})
+    'robustness gate, step 4: 1 failed check; worst: text/a/acc 0.500, text/a/flip 0.250'
+    """
+    if f"{PREFIX}/harness_errors" in metrics:
+        return f"robustness gate, step {step}: did not finish (the log says why)"
+    failed = int(metrics.get(f"{PREFIX}/failed_checks", 0))
+    cells = [(k.removeprefix(f"{PREFIX}/"), v) for k, v in metrics.items() if k.count("/") == 3]
+    lowest = [f"{k} {v:.3f}" for k, v in sorted((c for c in cells if c[0].endswith("/acc")), key=lambda c: c[1])]
+    highest = [f"{k} {v:.3f}" for k, v in sorted((c for c in cells if c[0].endswith("/flip")), key=lambda c: -c[1])]
+    worst = [item for pair in zip_longest(lowest, highest) for item in pair if item]
+    line = f"robustness gate, step {step}: {failed} failed check{'' if failed == 1 else 's'}"
+    for n, item in enumerate(worst):
+        longer = line + ("; worst: " if n == 0 else ", ") + item
+        if len(longer) > width:
+            break
+        line = longer
+    return line
 
 
 def logged_metrics(result: GateResult) -> dict[str, float]:
@@ -66,7 +94,8 @@ class RobustnessCallback(TrainerCallback):
     ``data`` (required: your validation rows), ``families``, ``rows_per_set``, ``seed``, ``thresholds`` and any
     other option (as ``run_gate`` takes them, e.g. ``batch_size=8``) are checked now: a bad one raises
     ``UsageError`` naming it, as are rows or limits that cannot be read and a ``report_dir`` that cannot be written.
-    ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it);
+    ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it); ``short_console``: show an
+    evaluation's numbers on the console as one line (off: the Trainer's printer shows the whole dict);
     ``invariance``: also run the invariance conditions (off: they test the scorer's numerics, not what training
     changes); ``processor``: the model's processor when the Trainer's ``processing_class`` is not it; ``trainer``:
     the Trainer to log through (found by itself when left out: the Trainer that calls the callback).
@@ -75,7 +104,7 @@ class RobustnessCallback(TrainerCallback):
     def __init__(self, data: str | Path, *, families=None, rows_per_set: int | None = None, seed: int | None = None,
                  thresholds: str | Path | None = None, report_dir: str | Path = "robustness", every: str = "evaluate",
                  stop_on_fail: bool = False, invariance: bool = False, processor: Any = None, trainer: Any = None,
-                 root: str | Path | None = None, **options: Any):
+                 root: str | Path | None = None, short_console: bool = True, **options: Any):
         if every not in EVERY:
             raise UsageError(f"every: {every!r} is not one of {', '.join(EVERY)}")
         self.root = Path(root) if root is not None else Path.cwd()
@@ -88,7 +117,7 @@ class RobustnessCallback(TrainerCallback):
         except UsageError as exc:
             raise exc.for_arguments() from None
         self.every, self.stop_on_fail, self.invariance = every, stop_on_fail, invariance
-        self.processor, self.trainer = processor, trainer
+        self.processor, self.trainer, self.short_console = processor, trainer, short_console
         self._inputs = _read_inputs(self.settings)  # the rows and limits, read now: their errors are usage errors
         _check_writable(self.settings.report_dir)
         self._variants: dict = {}  # the rows each family scores, built at the first evaluation
@@ -110,8 +139,12 @@ class RobustnessCallback(TrainerCallback):
 
     # -- events ------------------------------------------------------------------------------------------
 
+    def on_init_end(self, args, state, control, **kwargs):
+        self._shorten_console()
+
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         self.check_trainer(args, model, self.processor or processing_class)
+        self._shorten_console()  # a callback added after the Trainer was made
 
     def on_evaluate(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.every == "evaluate":
@@ -150,7 +183,7 @@ class RobustnessCallback(TrainerCallback):
         if result.nothing_judged:
             failed.append(result.nothing_judged)
         if failed:
-            logger.warning("robustness gate at step %d: %d check(s) failed: %s", step, len(failed), "; ".join(failed))
+            logger.warning("%s", _failed_line(step, failed))
         return failed
 
     def _note_incomplete(self, step: int, why: str) -> None:
@@ -179,6 +212,12 @@ class RobustnessCallback(TrainerCallback):
         self.results[step] = result
         return result
 
+    def _shorten_console(self) -> None:
+        if self.short_console:
+            trainer = self.trainer or _calling_trainer(self)
+            if trainer is not None:
+                short_console(trainer)
+
     def _log(self, state, metrics: dict[str, float]) -> None:
         """Log through the Trainer (its ``log``: the history and every ``report_to`` integration), or into the
         state's history when no Trainer is found."""
@@ -187,6 +226,62 @@ class RobustnessCallback(TrainerCallback):
             trainer.log(dict(metrics))
         else:
             state.log_history.append({**metrics, "step": state.global_step})
+
+
+def _failed_line(step: int, failed: list[str]) -> str:
+    """The warning of an evaluation whose checks failed: the first ones named while the line stays short, the rest
+    counted (the checkpoint's summary.md names them all)."""
+    line, shown = f"robustness gate at step {step}: {len(failed)} check(s) failed: {failed[0]}", 1
+    while shown < len(failed) and len(line) + len(failed[shown]) + 2 <= CONSOLE_WIDTH:
+        line, shown = f"{line}; {failed[shown]}", shown + 1
+    more = f"; {len(failed) - shown} more in checkpoint-{step}/summary.md" if shown < len(failed) else ""
+    return line + more
+
+
+class _ShortConsole:
+    """A Trainer console printer that shows logs holding robustness numbers as ``console_line`` (what else they hold
+    as its base class prints it); the logs themselves, which every callback shares, are left unchanged."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        ours = {k: v for k, v in (logs or {}).items() if k.startswith(f"{PREFIX}/")}
+        if not ours:
+            return super().on_log(args, state, control, logs=logs, **kwargs)
+        rest = {k: v for k, v in logs.items() if k not in ours}
+        if set(rest) - {"epoch", "num_input_tokens_seen", "total_flos"}:
+            super().on_log(args, state, control, logs=rest, **kwargs)
+        self.show(state, console_line(state.global_step, ours))
+
+
+class ShortProgressCallback(_ShortConsole, ProgressCallback):
+    """``transformers.ProgressCallback`` with an evaluation's robustness numbers on one line."""
+
+    def show(self, state, line: str) -> None:
+        if state.is_world_process_zero and self.training_bar is not None:
+            self.training_bar.write(line)
+
+
+class ShortPrinterCallback(_ShortConsole, PrinterCallback):
+    """``transformers.PrinterCallback`` with an evaluation's robustness numbers on one line."""
+
+    def show(self, state, line: str) -> None:
+        if state.is_local_process_zero:
+            print(line)
+
+
+#: The Trainer's console printers and the short kind of each.
+SHORT_CONSOLES = {ProgressCallback: ShortProgressCallback, PrinterCallback: ShortPrinterCallback}
+
+
+def short_console(trainer) -> None:
+    """Put the short kind of ``trainer``'s console printer (exactly a ``ProgressCallback`` or ``PrinterCallback``: a
+    subclass of the user's is left alone) in its place in the callback list, its state carried over."""
+    callbacks = trainer.callback_handler.callbacks
+    for i, callback in enumerate(callbacks):
+        short = SHORT_CONSOLES.get(type(callback))
+        if short is not None:
+            replacement = short()
+            vars(replacement).update(vars(callback))
+            callbacks[i] = replacement  # in place: the Trainer may be going through the list right now
 
 
 def _require_processor(processor) -> None:

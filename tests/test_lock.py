@@ -125,8 +125,9 @@ def test_a_second_run_on_a_report_dir_in_use_stops_with_exit_4_naming_the_first(
         second = subprocess.run(_gate_command(gate, *xdist), cwd=gate.path, env=env, capture_output=True, text=True)
         out = second.stdout + second.stderr
         assert second.returncode == 4, out[-3000:]
+        words = " ".join(out.split())  # the message's words, whatever the terminal's wrapping
         assert f"is in use by another run (pid {first.pid} on host {holder['host']}, started {holder['started']}" \
-            in out
+            in words
         assert not (gate.path / "second.count").exists()  # nothing was scored
     waiting = subprocess.Popen(_gate_command(gate, "--report-dir-wait", "600", "--seed", "1"), cwd=gate.path,
                                env=env, stdout=(gate.path / "waiting.out").open("w"), stderr=subprocess.STDOUT)
@@ -136,7 +137,7 @@ def test_a_second_run_on_a_report_dir_in_use_stops_with_exit_4_naming_the_first(
     assert "laya-robustness covered (cpu): complete" in (gate.path / "first.out").read_text()
     assert waiting.wait(timeout=600) == 0, (gate.path / "waiting.out").read_text()[-3000:]
     assert f"waited for the run that held {gate.path / 'reports'} to end (pid {first.pid} on host" in \
-        (gate.path / "waiting.out").read_text()
+        " ".join((gate.path / "waiting.out").read_text().split())  # the note's words, whatever the wrapping
     summary = json.loads((gate.path / "reports" / "summary.json").read_text())
     assert summary["meta"]["seed"] == 1 and summary["meta"]["complete"] is True  # the waiting run's, whole
     assert not lock.exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import laya_robustness
+from laya_robustness.report.wrapping import unwrap
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.judged import NO_CUDA, JudgedTally
 from laya_robustness.run.reports.lock import RunIdentity, claim, release
@@ -54,7 +55,7 @@ def test_pytest_on_a_dual_encoder_with_question_families_exits_4_saying_nothing_
                            "no:cacheprovider", "--benchmark-skip", "--model", str(CLIP), "--families", "option_order",
                            "--report-dir", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
+    lines = unwrap(done.stdout.strip().splitlines())  # the terminal's lines, wrapped to its width, joined back
     assert lines[-2].startswith("NOTHING JUDGED (exit 4, the gate did not pass): nothing was judged: all ")
     assert "--model is a dual encoder" in lines[-2] and " passed" not in lines[-1]
     assert "no CUDA device" not in lines[-2]  # the cpu checks' reasons come first: the machine is not why

@@ -26,6 +26,7 @@ from fakes import slow_scoring  # noqa: E402
 from test_plugin import PASSING_LIMITS, install_plugin_package, make_gate  # noqa: E402  (the gate project of the plugin tests)
 
 from laya_robustness.fixtures.rows import generate_rows, write_manifest  # noqa: E402
+from laya_robustness.report.wrapping import unwrap  # noqa: E402
 from laya_robustness.run.errors import HarnessError  # noqa: E402
 from laya_robustness.run.executors.ray_cluster import Cluster  # noqa: E402
 from laya_robustness.run.executors.ray_pool import RayActorPool  # noqa: E402
@@ -277,10 +278,11 @@ def test_a_cell_whose_scorer_raises_fails_its_own_tests_and_the_stream_goes_on(p
     assert status == 3, out
     assert "2 failed, 2 passed" in out and "FAILED robustness_tests/test_families.py::test_orig" not in out, out
     assert "UnserializableException" not in out
+    said = "\n".join(unwrap(out.splitlines()))  # the terminal's lines, wrapped to its width, joined back
     for dataset in ("colour_choice", "exists_yesno"):
         assert f"FAILED robustness_tests/test_families.py::test_option_order[{dataset}-cpu]" in out
         assert re.search(rf"HARNESS ERROR .*scoring option_order/{dataset} on cpu .*{raised}: tuple index out of "
-                         rf"range \(a option_order row\)", out), out
+                         rf"range \(a option_order row\)", said), out
     orig = [r for r in _records(local / "predictions.jsonl.gz") if r["family"] == "orig"]
     assert _records(project / f"one-cell-broken-{raised}" / "predictions.jsonl.gz") == orig
 

@@ -5,7 +5,7 @@ ending in a NUL byte on the child's file descriptors 3 and 4): no websocket, no 
 profile. The test skips where no Chromium is installed (``apt-get install chromium``).
 
 ``python tests/test_report_browser.py REPORT.html OUT.png`` saves a screenshot of a report: the
-top of the page (the tables) above the first flipped examples.
+top of the page (the tables) above the first flipped examples; of a trend.html, its top.
 """
 
 from __future__ import annotations
@@ -41,6 +41,20 @@ PAGE_CHECK = """(async () => {
           examples: document.querySelectorAll(".example").length,
           external: [...document.querySelectorAll("[src],[href]")].map(e => e.getAttribute("src") || e.getAttribute("href"))
                      .filter(u => !u.startsWith("data:") && !u.startsWith("#"))};
+})()"""
+
+
+#: How trend.html lays out its plots: each one's alt when drawn narrower than its pixels or under 600 px wide, the
+#: page's horizontal overflow, and the most plots side by side.
+TREND_LAYOUT = """(() => {
+  const plots = [...document.querySelectorAll(".plots img")];
+  const rows = {};
+  plots.forEach(im => { const top = im.getBoundingClientRect().top; rows[top] = (rows[top] || 0) + 1; });
+  return {plots: plots.length,
+          narrow: plots.filter(im => im.naturalWidth < 600 || im.getBoundingClientRect().width < im.naturalWidth)
+                       .map(im => im.alt),
+          overflow: document.documentElement.scrollWidth - window.innerWidth,
+          side_by_side: Math.max(0, ...Object.values(rows))};
 })()"""
 
 
@@ -154,18 +168,33 @@ def screenshot(browser: Chromium, session: str, top: int, height: int, width: in
     return base64.b64decode(shot["data"])
 
 
+def evaluate(browser: Chromium, session: str, expression: str):
+    """The value of a JavaScript expression in the page."""
+    return browser.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                        session=session)["result"].get("value")
+
+
 def save_screenshot(binary: str, page: Path, out: Path, top_px: int = 1100, examples_px: int = 1300) -> None:
-    """The top of the page (tables) above the first flipped examples, as one PNG."""
+    """The top of the page (tables) above the first flipped examples, as one PNG (a page without examples, such as
+    trend.html: its top, at a 1280 px window)."""
     from PIL import Image
 
+    width = 1400
     found, errors, browser, session = open_report(binary, page)
     try:
-        y = browser.send("Runtime.evaluate", {"expression": "document.getElementById('examples').offsetTop",
-                                              "returnByValue": True}, session=session)["result"]["value"]
-        parts = [Image.open(io.BytesIO(screenshot(browser, session, 0, top_px))),
-                 Image.open(io.BytesIO(screenshot(browser, session, y, examples_px)))]
+        y = evaluate(browser, session, "(document.getElementById('examples') || {}).offsetTop")
+        if y is None:
+            width = 1280
+            browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1,
+                                                                "mobile": False}, session=session)
+        parts = [Image.open(io.BytesIO(screenshot(browser, session, 0, top_px, width)))]
+        if y is not None:
+            parts.append(Image.open(io.BytesIO(screenshot(browser, session, y, examples_px))))
     finally:
         browser.close()
+    if len(parts) == 1:
+        parts[0].save(out, optimize=True)
+        return
     canvas = Image.new("RGB", (parts[0].width, sum(p.height for p in parts) + 8), "#888888")
     canvas.paste(parts[0], (0, 0))
     canvas.paste(parts[1], (0, parts[0].height + 8))
@@ -211,6 +240,29 @@ def test_a_broken_image_is_seen(chromium, tmp_path):
     browser.close()
     assert found["failed"] == ["bad"] and found["unsized"] == 1
     assert any("drawn wrong" in e for e in errors)
+
+
+def test_trend_opens_in_chromium_its_plots_shown_at_full_size_without_overflow(chromium, tmp_path):
+    """trend.html of three checkpoints at a 1280 px window: every plot decodes, is shown at its own pixels (at
+    least 600 wide), two side by side; the page does not scroll sideways; the screenshot is kept in tmp_path."""
+    from test_trend_plots import make_checkpoints
+
+    from laya_robustness.report.trend import read_checkpoints, trend_html
+
+    page = tmp_path / "trend.html"
+    page.write_text(trend_html(read_checkpoints(make_checkpoints(tmp_path / "runs"))), encoding="utf-8")
+    found, errors, browser, session = open_report(chromium, page, width=1280)
+    try:
+        layout = evaluate(browser, session, TREND_LAYOUT)
+        shot = screenshot(browser, session, 0, 1400, width=1280)
+    finally:
+        browser.close()
+    (tmp_path / "trend.png").write_bytes(shot)
+    assert errors == [] and found["external"] == []
+    assert found["failed"] == [] and found["unsized"] == 0
+    assert found["images"] == layout["plots"] == page.read_text().count("<img ") > 10
+    assert layout["narrow"] == [] and layout["overflow"] <= 0 and layout["side_by_side"] == 2, layout
+    assert shot.startswith(b"\x89PNG") and len(shot) > 10_000
 
 
 if __name__ == "__main__":

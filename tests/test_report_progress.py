@@ -7,6 +7,7 @@ import torch  # noqa: F401  (imported once here: pytester's in-process runs must
 
 from laya_robustness.pytest_plugin.terminal import WIDTH, table_lines
 from laya_robustness.pytest_plugin.progress import LineProgress, Quiet, scoring_progress
+from laya_robustness.report.wrapping import unwrap
 from test_plugin import make_gate
 
 pytest_plugins = ["pytester"]
@@ -126,14 +127,14 @@ def test_gate_prints_progress_every_block_and_writes_the_reports(gate):
     assert 'class="tag fail"' in page and 'id="ex-option_order"' in page and "data:image/png" in page
     md = (gate.path / "reports" / "summary.md").read_text()
     assert "**FAIL** `option_order/colour_choice` max_flip" in md
-    result.stdout.fnmatch_lines(["reports in */reports/: *report.html, summary.md*"])
+    pytest.LineMatcher(unwrap(result.stdout.lines)).fnmatch_lines(["reports in */reports/: *report.html, summary.md*"])
 
 
 def _tail(result, lines: int) -> list[str]:
-    """The last ``lines`` lines of the gate's own summary: up to pytest's short test summary (whose failure
-    messages pytest prints in full where ``CI`` is set)."""
+    """The last ``lines`` lines of the gate's own summary (wrapped lines joined back): up to pytest's short test
+    summary (whose failure messages pytest prints in full where ``CI`` is set)."""
     out = result.stdout.str().split("short test summary info")[0]
-    return out.rstrip("\n").splitlines()[-lines:]
+    return unwrap(out.rstrip("\n").splitlines())[-lines:]
 
 
 def test_without_v_the_run_ends_with_what_failed_and_the_verdict_counts(gate):
@@ -168,8 +169,8 @@ def test_a_broken_report_is_a_harness_error_not_a_crash(gate, monkeypatch):
     monkeypatch.setattr(report, "render_report", broken)
     result = _run(gate, "--families", "option_order")
     assert result.ret == 3
-    result.stdout.fnmatch_lines(["*HARNESS ERROR*writing report.html / summary.md for cpu failed: RuntimeError: "
-                                 "cannot draw*"])
+    pytest.LineMatcher(unwrap(result.stdout.lines)).fnmatch_lines([
+        "*HARNESS ERROR*writing report.html / summary.md for cpu failed: RuntimeError: cannot draw*"])
     assert json.loads((gate.path / "reports" / "summary.json").read_text())["families"]
 
 

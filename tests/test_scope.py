@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from laya_robustness.report.wrapping import unwrap
 from laya_robustness.run.scope import decide_scope
 from test_plugin import PASSING_LIMITS, gate  # noqa: F401  (the gate fixture)
 
@@ -108,8 +109,8 @@ def test_narrowed_runs_keep_the_complete_report_and_their_reports_say_what_they_
     assert first.startswith('<p class="scope partial"><b>Covered:</b> ' + covered)
     out = lf.stdout.str()
     assert out.index(f"laya-robustness covered (cpu): {covered}") < out.index("robustness gate (cpu)")
-    lf.stdout.fnmatch_lines(["*INCOMPLETE RUN: on cpu its tests judged 2 of 6 cells*previous run was kept*rerun "
-                             "without*--lf*"])
+    pytest.LineMatcher(unwrap(lf.stdout.lines)).fnmatch_lines([
+        "*INCOMPLETE RUN: on cpu its tests judged 2 of 6 cells*previous run was kept*rerun without*--lf*"])
 
     orig_test = "robustness_tests/test_families.py::test_orig"
     for how, narrowing in [("-k", ("-k", "test_option_order and not gpu")),
@@ -155,9 +156,9 @@ def test_k_negation_alone_gives_a_report_of_negation_saying_so(gate):
     result = _gate(gate, "-k", "test_negation and not gpu")
     # the limits set none for negation: its cells are scored and reported, and nothing was judged (exit 4)
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
-    result.stdout.fnmatch_lines(["NOTHING JUDGED (exit 4, *): nothing was judged: all 2 checks asked for were skipped "
-                                 "(1: negation builds no variant of any colour_choice row*; 1: scored; the limits set "
-                                 "none for negation on exists_yesno)"])
+    pytest.LineMatcher(unwrap(result.stdout.lines)).fnmatch_lines([
+        "NOTHING JUDGED (exit 4, *): nothing was judged: all 2 checks asked for were skipped (1: negation builds no "
+        "variant of any colour_choice row*; 1: scored; the limits set none for negation on exists_yesno)"])
     reports = gate.path / "reports"
     meta = _meta(reports / "summary.json")  # no complete report to keep: its own names, marked incomplete
     assert meta["complete"] is False and meta["scope"]["judged"] == {"negation": DATASETS}

@@ -1,9 +1,11 @@
 """``RobustnessCallback`` in a real ``transformers.Trainer``: the embedded tiny SmolVLM fine-tuned for a few steps with
 ``report_to=["tensorboard"]``, the robustness scalars read back with TensorBoard's own reader at every evaluation,
 the last ones equal to the gate on the model saved and loaded back; ``trend`` over the callback's folders, its
-paired changes recomputed here from the records."""
+paired changes recomputed here from the records; what the Trainer prints, one short line per evaluation."""
 
+import contextlib
 import gzip
+import io
 import json
 import math
 import time
@@ -21,7 +23,13 @@ import laya_robustness  # noqa: E402
 from laya_robustness.fixtures.trainer_data import AnswerDataset  # noqa: E402
 from laya_robustness.report.trend import read_checkpoints, trend_html, trend_rows, trend_table  # noqa: E402
 from laya_robustness.run.errors import UsageError  # noqa: E402
-from laya_robustness.training import RobustnessCallback  # noqa: E402
+from laya_robustness.training import (  # noqa: E402
+    CONSOLE_WIDTH,
+    RobustnessCallback,
+    ShortPrinterCallback,
+    ShortProgressCallback,
+    logged_metrics,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm"
@@ -31,7 +39,8 @@ STEPS, EVAL_EVERY = 6, 2
 
 
 class StepClock:
-    """Seconds spent in training steps and in the robustness callback's evaluations."""
+    """Seconds spent in training steps and in the robustness callback's evaluations (and, once trained, what the
+    Trainer printed: ``console``)."""
 
     def __init__(self, callback):
         self.callback, self.gates, self.modes = callback, [], []
@@ -73,9 +82,10 @@ def trained(tmp_path_factory, monkeypatch_module):
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=AnswerDataset(processor, rows_per_set=2,
                                                                                            seed=2),
                       data_collator=train.collate, processing_class=processor, callbacks=[callback])
-    started = time.perf_counter()
-    trainer.train()
-    clock.total = time.perf_counter() - started
+    started, printed = time.perf_counter(), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        trainer.train()
+    clock.total, clock.console = time.perf_counter() - started, printed.getvalue()
     return out, callback, trainer, clock
 
 
@@ -123,6 +133,47 @@ def test_the_last_logged_numbers_are_the_gates_on_the_saved_model(trained, tmp_p
     assert set(logged) == set(expected)
     for tag, value in expected.items():  # TensorBoard keeps float32
         assert math.isclose(logged[tag], value, rel_tol=1e-6, abs_tol=1e-7), tag
+
+
+def test_the_console_shows_one_short_line_per_evaluation_and_every_number_is_still_logged(trained):
+    out, callback, trainer, clock = trained
+    lines = clock.console.splitlines()
+    ours = [line for line in lines if line.startswith("robustness gate, step ")]
+    steps = list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
+    assert [int(line.split()[3].rstrip(":")) for line in ours] == steps, lines
+    assert max(map(len, ours)) <= CONSOLE_WIDTH and all("; worst: " in line for line in ours), ours
+    assert not any("robustness/" in line for line in lines)  # the dict of numbers is not printed
+    assert max(map(len, lines)) < 150, max(lines, key=len)  # the Trainer's own lines (its eval loss) are ~135
+    assert [type(c) for c in trainer.callback_handler.callbacks].count(ShortPrinterCallback) == 1
+    for step in steps:  # the history (and TensorBoard, above) has every number
+        (logged,) = [e for e in trainer.state.log_history if e.get("step") == step and "robustness/failed_checks" in e]
+        assert {k: v for k, v in logged.items() if k.startswith("robustness/")} == logged_metrics(callback.results[step])
+
+
+def test_a_callback_added_later_shortens_the_progress_bars_lines(tmp_path, capsys):
+    """With the progress bar (the Trainer's default printer) and the callback added after the Trainer is made."""
+    from transformers import TrainerControl
+
+    processor = AutoProcessor.from_pretrained(MODEL)
+    args = TrainingArguments(str(tmp_path), max_steps=1, report_to="none", use_cpu=True)
+    trainer = Trainer(model=AutoModelForImageTextToText.from_pretrained(MODEL), args=args, processing_class=processor)
+    callback = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", report_dir=tmp_path / "r", root=ROOT,
+                                  every="save", trainer=trainer, **GATE)
+    trainer.add_callback(callback)
+    trainer.state.max_steps = 1
+    trainer.callback_handler.on_train_begin(args, trainer.state, TrainerControl())
+    (bar,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, ShortProgressCallback)]
+    assert bar.training_bar is not None  # its state carried over
+    metrics = {f"robustness/text/set_{i}/{m}": i / 10 for i in range(9) for m in ("acc", "delta", "flip")}
+    callback._log(trainer.state, {**metrics, "robustness/failed_checks": 2.0})
+    trainer.log({"loss": 1.5})
+    trainer.callback_handler.on_train_end(args, trainer.state, TrainerControl())
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("robustness gate, step 0: 2 failed checks; worst: text/set_0/acc 0.000, "
+                                 "text/set_8/flip 0.800") and len(printed[0]) <= CONSOLE_WIDTH, printed
+    assert printed[1].startswith("{'loss': '1.5'") and len(printed) == 2, printed  # the rest as the Trainer prints it
+    assert {k: v for k, v in trainer.state.log_history[0].items() if k.startswith("robustness/")} == {
+        **metrics, "robustness/failed_checks": 2.0}
 
 
 def test_the_model_trains_on_in_the_mode_it_had(trained, tmp_path):
@@ -173,7 +224,7 @@ def test_trend_over_the_callbacks_folders_recomputed_from_the_records(trained, t
     table = trend_table(checkpoints, rows)
     assert table[0].split()[:6] == ["family", "dataset", "metric", "step", "2", "step"]
     page = trend_html(checkpoints)
-    assert page.count("<img alt=") == len({r["family"] for r in rows}) and "step 6" in page
+    assert page.count("<img alt=") == len({(r["family"], r["metric"]) for r in rows}) and "step 6" in page
 
 
 def test_trend_refuses_a_folder_without_reports(tmp_path):

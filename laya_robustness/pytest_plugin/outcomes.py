@@ -24,9 +24,10 @@ def cell_outcome(verdict: Verdict, records: Sequence[Mapping[str, Any]], family:
                                 for r in verdict.failures), pytrace=False)
     if verdict.outcome == XPASS:
         where = ", ".join(str(Path(p).name) for p in limits_files)
-        fixed = [f"{r.check} now passes ({r.value:.4g} vs {r.limit:.4g}); remove the known limitation "
-                 f"from {where}" for r in verdict.fixed]
-        pytest.fail("[XPASS(strict)] known limitation no longer holds: " + "; ".join(fixed), pytrace=False)
+        fixed = [f"  {r.check} now passes ({r.value:.4g} vs {r.limit:.4g})" for r in verdict.fixed]
+        pytest.fail("\n".join(["[XPASS(strict)] known limitation no longer holds:", *fixed,
+                               f"remove the known limitation{'s' if len(fixed) > 1 else ''} from {where}"]),
+                    pytrace=False)
     if verdict.outcome == XFAIL:
         # pytrace=False, as for pytest.fail above: the reason says it all, and pytest skips formatting
         # (parsing the source of) a traceback that the xfail report would throw away.

@@ -5,7 +5,8 @@ computed; then the failed and newly passing checks and the verdict counts.
 Every block of the summary appears (the flat table and every extension block), its columns and
 families derived from the declarations (``laya_robustness.report.cells``). Tables fit in ``WIDTH``
 columns: a row whose checks do not fit says how many checks decided it instead of naming them,
-and a block that still does not fit drops its intervals.
+and a block that still does not fit drops its intervals. The lines a person reads (errors, failed checks, the
+verdict counts, notes) are wrapped to the terminal's width, continuations indented (``report.wrapping``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from laya_robustness.report.cells import (
     text_rows,
     verdict_line,
 )
+from laya_robustness.report.wrapping import wrap
 from laya_robustness.run.scoring.models import model_type
 from laya_robustness.scoring.adapters import adapter_class
 
@@ -186,15 +188,16 @@ def write_summary(reporter, session) -> None:
     for line, complete in scope_lines(outcome.scopes if outcome is not None else {}):
         reporter.write_line(line, green=complete, yellow=not complete)
     if session.start_error is not None:
-        reporter.write_line(f"ERROR (exit {session.start_error[0]}, nothing was run): {session.start_error[1]}",
-                            red=True)
+        _write(reporter, f"ERROR (exit {session.start_error[0]}, nothing was run): {session.start_error[1]}", red=True)
     if outcome is None:
         _nothing_judged(reporter, session)
         return
     for note in outcome.lock_notes:
-        reporter.write_line(f"laya-robustness: {note}")
+        _write(reporter, f"laya-robustness: {note}")
     for error in outcome.harness_errors:
-        reporter.write_line(f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
+        _write(reporter, f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
+    if session.snapshot_note:
+        reporter.write_line(f"laya-robustness: {session.snapshot_note}")
     if not outcome.reports:
         _nothing_judged(reporter, session)
         return
@@ -205,7 +208,7 @@ def write_summary(reporter, session) -> None:
             for line in lines:
                 reporter.write_line(line)
     for line in token_lines(dict(outcome.scorer_stats)):
-        reporter.write_line(line)
+        _write(reporter, line)
     for snapshot in session.snapshot_outcomes:
         if snapshot.matches:
             if verbosity >= 0:
@@ -218,7 +221,7 @@ def write_summary(reporter, session) -> None:
             reporter.write_line(line)
         reporter.write_line(f"review the change; accept it with `{accept_command(reporter.config)}`")
     if outcome.written and verbosity >= 0:
-        reporter.write_line(written_line(list(outcome.written)))
+        _write(reporter, written_line(list(outcome.written)))
     if outcome.incomplete_reason:
         kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
             if outcome.kept_previous_report else ""
@@ -226,21 +229,27 @@ def write_summary(reporter, session) -> None:
                            if not n.startswith("--families")})
         advice = f"rerun without {', '.join(narrowed)} to judge every cell (--resume reuses what this run scored)" \
             if narrowed else "rerun with --resume to finish it"
-        reporter.write_line(f"INCOMPLETE RUN: {outcome.incomplete_reason}{kept}; {advice}", yellow=True)
+        _write(reporter, f"INCOMPLETE RUN: {outcome.incomplete_reason}{kept}; {advice}", yellow=True)
     for device in sorted(outcome.reports):
         reporter.write_sep("=", f"robustness gate ({device}): verdict")
         for line in verdict_lines(outcome, device, verbosity > 0):
             failing = line.startswith(MARKS[FAIL]) or line.startswith(MARKS[XPASS])
-            reporter.write_line(line, red=failing)
+            _write(reporter, line, red=failing)
     _nothing_judged(reporter, session)
+
+
+def _write(reporter, line: str, **markup) -> None:
+    """A line a person reads, wrapped to the terminal's width (``report.wrapping``: continuations indented)."""
+    width = getattr(getattr(reporter, "_tw", None), "fullwidth", 80)
+    for part in wrap(line, width - 1):
+        reporter.write_line(part, **markup)
 
 
 def _nothing_judged(reporter, session) -> None:
     """The last line of a run that judged no check: it does not pass (exit 4 or 3), and why."""
     nothing = session.nothing_judged
     if nothing is not None:
-        reporter.write_line(f"NOTHING JUDGED (exit {nothing.status}, the gate did not pass): {nothing.message}",
-                            red=True)
+        _write(reporter, f"NOTHING JUDGED (exit {nothing.status}, the gate did not pass): {nothing.message}", red=True)
 
 
 #: xdist's options (syrupy cannot update snapshots under workers), with whether each takes a value.

@@ -1,7 +1,9 @@
-"""Draw the report's plots with matplotlib (no pyplot, no global state) as inline SVG data URIs.
+"""Draw the reports' plots with matplotlib (no pyplot, no global state).
 
-Each function takes the numbers of ``report.curves`` and returns ``data:image/svg+xml;base64,...``;
-the SVG is byte-stable for the same numbers (fixed hash salt, no date), and text stays text.
+report.html's: each function takes the numbers of ``report.curves`` and returns ``data:image/svg+xml;base64,...``;
+the SVG is byte-stable for the same numbers (fixed hash salt, no date), and text stays text. trend.html's:
+``trend_figures`` draws a family's headlines against the checkpoint step, one metric and at most
+``TREND_LINES`` datasets per plot, and ``png_base64`` encodes one for the page.
 """
 
 from __future__ import annotations
@@ -19,6 +21,16 @@ _RC = {"svg.hashsalt": "laya-robustness", "svg.fonttype": "none", "font.size": 8
 #: One colour per dataset, in sorted dataset order (matplotlib's tab10 cycle).
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
+#: At most this many lines in one trend plot: a family with more datasets gets more plots per metric.
+TREND_LINES = 5
+#: A trend plot's size in inches and its resolution: 620 x 310 px, two side by side in a 1280 px window.
+TREND_INCHES, TREND_DPI = (6.2, 3.1), 100
+#: A trend plot's marker per line, with its colour (``COLOURS``): no two lines of a plot alike.
+MARKERS = ("o", "s", "^", "D", "v")
+#: The y-axis label of a flat family's headline metric (another metric is labelled with its own key).
+METRIC_NAMES = {"acc": "accuracy", "delta": "delta vs orig (paired)", "flip": "flip rate"}
+#: The longest dataset name a trend legend shows in full (the table beside the plot has every name).
+LEGEND_CHARS = 24
 
 
 def _figure(n_panels: int, columns: int, panel_in: tuple[float, float], legend_in: float = 0.0):
@@ -107,3 +119,55 @@ def strength_uri(curves: Sequence[StrengthCurve], columns: int = 3) -> str | Non
         handles += [Line2D([], [], color="#555555", linestyle=":", label="orig acc")]
         fig.legend(handles=handles, loc="lower center", ncols=min(6, len(handles)), frameon=False)
         return svg_uri(fig)
+
+
+def png_base64(fig) -> str:
+    """The figure as base64 PNG at ``TREND_DPI`` (no software stamp)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=TREND_DPI, metadata={"Software": None})
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def trend_figures(rows: Sequence[dict], steps: Sequence[int], family: str) -> list[tuple[str, object]]:
+    """``(title, figure)`` per metric of ``family``'s trend rows (``report.trend.trend_rows``) and per at most
+    ``TREND_LINES`` of its datasets: each dataset's value against the step, its 95% interval as a band."""
+    mine = [r for r in rows if r["family"] == family]
+    metrics = list(dict.fromkeys(r["metric"] for r in mine))
+    out = []
+    for metric in metrics:
+        series = [r for r in mine if r["metric"] == metric]
+        parts = [series[i:i + TREND_LINES] for i in range(0, len(series), TREND_LINES)]
+        for n, part in enumerate(parts, 1):
+            title = f"{family}: {metric}" + (f" ({n} of {len(parts)})" if len(parts) > 1 else "")
+            out.append((title, _trend_figure(title, METRIC_NAMES.get(metric, metric), part, steps)))
+    return out
+
+
+def _trend_figure(title: str, ylabel: str, series: Sequence[dict], steps: Sequence[int]):
+    """One plot: a line (colour and marker its own) per row of ``series``, the legend right of the axes."""
+    import numpy as np
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=TREND_INCHES, dpi=TREND_DPI, layout="constrained")
+    ax = fig.add_subplot()
+    for i, r in enumerate(series):
+        value = np.array([np.nan if v is None else v[0] for v in r["values"]])
+        low, high = (np.array([np.nan if v is None or not v[1] else v[1][k] for v in r["values"]]) for k in (0, 1))
+        name = r["dataset"] if len(r["dataset"]) <= LEGEND_CHARS else r["dataset"][:LEGEND_CHARS - 1] + "\u2026"
+        ax.plot(steps, value, color=COLOURS[i], marker=MARKERS[i], markersize=5, linewidth=1.6, label=name)
+        if not np.isnan(low).all():
+            ax.fill_between(steps, low, high, color=COLOURS[i], alpha=0.15, linewidth=0)
+    if len(steps) <= 12:
+        ax.set_xticks(list(steps))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(steps) == 1:
+        ax.set_xlim(steps[0] - 1, steps[0] + 1)
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, color="#e5e5e5", linewidth=0.6)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.legend(loc="outside right upper", frameon=False, title="dataset")
+    return fig

@@ -10,15 +10,14 @@ change is shown only where both runs scored the very same rows, so its sign and 
 incomplete checkpoint (its summary's ``complete: false``) is marked, and a cell its scope did not judge shows no
 value.
 
-``trend_table`` is the plain-text table; ``trend_html`` puts one small plot per family (each headline against
-the step, its interval as a band) beside its rows of the table (without matplotlib, the table alone).
+``trend_table`` is the plain-text table; ``trend_html`` puts a family's plots (one per metric and at most five
+datasets, each value against the step with its interval as a band: ``report.plots.trend_figures``) above its rows
+of the table (without matplotlib, the table alone).
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import re
 from dataclasses import dataclass
@@ -182,44 +181,30 @@ def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None =
     return lines + notes
 
 
-def _plot(rows: Sequence[dict], steps: Sequence[int], family: str) -> str | None:
-    """One small PNG (base64) of ``family``'s rows: each (dataset, metric) against the step, its interval a band."""
+def _plots(rows: Sequence[dict], steps: Sequence[int], family: str) -> list[tuple[str, str]]:
+    """``family``'s plots as ``(title, base64 PNG)`` (``report.plots.trend_figures``); none without matplotlib."""
     try:
-        import matplotlib
+        from laya_robustness.report.plots import png_base64, trend_figures
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(4.2, 2.6), dpi=80)
-    for r in rows:
-        points = [(s, v) for s, v in zip(steps, r["values"]) if v is not None]
-        xs = [s for s, _ in points]
-        ax.plot(xs, [v[0] for _, v in points], marker="o", label=f"{r['dataset']} {r['metric']}")
-        if points and all(v[1] for _, v in points):
-            ax.fill_between(xs, [v[1][0] for _, v in points], [v[1][1] for _, v in points], alpha=0.15)
-    ax.set_title(family, fontsize=9)
-    ax.set_xlabel("step", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=6, loc="best")
-    buffer = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+        return [(title, png_base64(fig)) for title, fig in trend_figures(rows, steps, family)]
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "matplotlib":
+            raise
+        return []
 
 
 def trend_html(checkpoints: Sequence[Checkpoint]) -> str:
-    """The trend page: per family a plot of its headlines against the step beside its rows of the table."""
+    """The trend page: per family its plots (a metric each, the step on x) above its rows of the table."""
     rows = trend_rows(checkpoints)
     steps = [c.step for c in checkpoints]
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>robustness across checkpoints</title>",
-             "<style>body{font-family:sans-serif} .family{display:flex;gap:1em;align-items:flex-start;"
-             "margin-bottom:1.5em} table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;"
-             "padding:2px 6px} .noise{font-weight:bold;color:#b00}</style></head><body>",
+             "<style>body{font-family:sans-serif;margin:8px} .plots{display:flex;flex-wrap:wrap;gap:8px} "
+             ".plots img{width:620px;max-width:100%;height:auto} .table{overflow-x:auto;max-width:100%;"
+             "margin:0.5em 0 1.5em} table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;"
+             "padding:2px 6px;white-space:nowrap} .noise{font-weight:bold;color:#b00}</style></head><body>",
              f"<h1>Robustness across {len(checkpoints)} checkpoints</h1>",
-             "<p>(change): the paired change from the step before, on the same rows; in bold red: its 95% "
-             "interval excludes 0.</p>"]
+             "<p>Plots: each dataset's value at each checkpoint step, its 95% interval as a band. (change): the "
+             "paired change from the step before, on the same rows; in bold red: its 95% interval excludes 0.</p>"]
     head = "".join(f"<th>{html.escape(c.label)}</th>" for c in checkpoints)
     for family in _families([headlines(c.summary) for c in checkpoints]):
         mine = [r for r in rows if r["family"] == family]
@@ -232,8 +217,10 @@ def trend_html(checkpoints: Sequence[Checkpoint]) -> str:
                              + "</td>")
             body.append(f"<tr><td>{html.escape(r['dataset'])}</td><td>{html.escape(r['metric'])}</td>"
                         f"{''.join(cells)}</tr>")
-        image = _plot(mine, steps, family)
-        plot = f"<img alt='{html.escape(family)}' src='data:image/png;base64,{image}'>" if image else ""
-        parts.append(f"<div class='family'>{plot}<div><h2>{html.escape(family)}</h2><table><tr><th>dataset</th>"
-                     f"<th>metric</th>{head}</tr>{''.join(body)}</table></div></div>")
+        plots = "".join(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{image}'>"
+                        for title, image in _plots(mine, steps, family))
+        parts.append(f"<section class='family'><h2>{html.escape(family)}</h2>"
+                     + (f"<div class='plots'>{plots}</div>" if plots else "")
+                     + f"<div class='table'><table><tr><th>dataset</th><th>metric</th>{head}</tr>{''.join(body)}"
+                     "</table></div></section>")
     return "".join(parts) + "</body></html>\n"
