@@ -5,7 +5,9 @@ dropped) and each goes to the runner of its first words:
 
 - ``pytest ...``: run in a copy of the project up to collection (``--collect-only``), where every option,
   data file and limits file is read and checked, so a documented command that would stop with a usage error
-  fails here; the full gate run is the README's test command, which CI runs.
+  fails here; the full gate run is the README's test command, which CI runs. A quick start (a block marked
+  ``<!-- in-full -->``: the first look, the served first look) runs to its verdict (exit 0 or 1) as written, its
+  reports in a folder of the test's, and its page says how long it takes.
 - ``python -m laya_robustness ...``: run in full, in process, on the reports of a small gate run (in the
   order the pages show them: the ``variants`` commands write the files a later gate command reads).
 - ``transformers serve ...`` and ``llama-server ...``: started for real on a free port of 127.0.0.1, waited for
@@ -80,6 +82,10 @@ def _substituted(command: str) -> str:
 
 
 DOCUMENTED = [(page, c) for page, _, body in _blocks("bash") for c in commands(body)]
+#: The commands of blocks marked ``<!-- in-full -->`` (the quick starts): run to their end, not only collected.
+IN_FULL = {(page, c) for page, mark, body in _blocks("bash") if mark == "in-full" for c in commands(body)}
+#: How a page says how long a command takes: "about 20 s", "about 1.5 minutes", "about 1:45".
+STATED_TIME = re.compile(r"about [\d.:]+ ?(s|seconds?|minutes?|min)?\b")
 
 
 def _kind(command: str) -> str:
@@ -235,16 +241,33 @@ def test_a_documented_server_starts_and_answers(page, command, tmp_path):
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "pytest"],
                          ids=lambda x: str(x)[:70])
 def test_a_documented_pytest_command_collects(page, command, project, request, monkeypatch, tmp_path):
+    in_full = (page, command) in IN_FULL
     command = _substituted(command)
     _write_what_it_reads(command, project, request, monkeypatch, tmp_path)
     if "--endpoint http://127.0.0.1:8000/v1" in command:  # the tests' own server of the embedded checkpoint
         command = command.replace("http://127.0.0.1:8000/v1", request.getfixturevalue("served_model").url)
     if "--endpoint http://127.0.0.1:8080/v1" in command:  # llama-server of its GGUF files, as the page starts it
         command = command.replace("http://127.0.0.1:8080/v1", request.getfixturevalue("llama_server").url)
+    if in_full:  # a quick start: run to its verdict, its reports aside
+        run = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(command)[1:], "-p", "no:cacheprovider",
+                              "--report-dir", str(tmp_path / "reports")], cwd=project, capture_output=True,
+                             text=True, timeout=900)
+        assert run.returncode in (0, 1), f"{page}: {command}\n{run.stdout[-3000:]}\n{run.stderr[-2000:]}"
+        assert "robustness gate (cpu): verdict" in run.stdout and "verdicts: " in run.stdout, run.stdout[-3000:]
+        return
     run = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(command)[1:], "--collect-only", "-q",
                           "-p", "no:cacheprovider"], cwd=project, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"{page}: {command}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"
     assert re.search(r"\d+ tests? collected", run.stdout), run.stdout[-2000:]
+
+
+def test_the_quick_starts_run_in_full_and_their_pages_say_how_long_they_take():
+    assert {page for page, _ in IN_FULL} >= {"docs/getting-started.md", "docs/served.md"}
+    for page in {page for page, _ in IN_FULL}:
+        text = (ROOT / page).read_text(encoding="utf-8")
+        for block in re.finditer(r"<!-- in-full -->\n```bash\n.*?```", text, re.S):
+            around = text[max(0, block.start() - 700):block.end() + 700]
+            assert STATED_TIME.search(around), f"{page}: say how long the quick start after/before it takes"
 
 
 @pytest.fixture(scope="module")

@@ -237,3 +237,31 @@ def test_requests_per_second(llama_server, agreement_rows, concurrency, record_p
     record_property("requests_per_second", rate)
     with capsys.disabled():
         print(f"\nllama-server (1 thread, 4 slots): {rate:.0f} requests/s at concurrency {concurrency}")
+
+
+class _ModelsOwnContext(LlamaServer):
+    """llama-server with each slot at the model's own context (512 positions): the hostile prompt is longer."""
+
+    SLOT_CONTEXT = 512
+
+
+def test_a_condition_longer_than_the_served_context_skips_saying_so(tmp_path):
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built: `bash scripts/build_llama_server.sh` builds it")
+    server = _ModelsOwnContext(tmp_path, binary).start()
+    try:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        done = subprocess.run([sys.executable, "-m", "pytest", "robustness_tests", "-p", "no:cacheprovider", "-rs",
+                               "-p", "no:randomly", "--scorer", "openai", "--endpoint", server.url, "-k",
+                               "test_invariance and (hostile or repeat_batch) and not gpu", "--report-dir",
+                               str(tmp_path / "reports")], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+    finally:
+        server.stop()
+    out = " ".join(done.stdout.split())
+    # repeat_batch judged (its bitwise check fails on llama.cpp: docs/served.md), hostile skipped: a verdict, no exit 3
+    assert done.returncode in (0, 1) and "test_invariance[cpu-repeat_batch]" in done.stdout, done.stdout[-4000:]
+    assert "hostile is not supported by this scorer: a prompt of it is longer than the served model's context " \
+           "(the server answered: " in out and "exceeds the available context size" in out
+    assert "HARNESS ERROR" not in out and "harness error" not in out  # incomplete only as -k narrowed it

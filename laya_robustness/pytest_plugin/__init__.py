@@ -6,13 +6,13 @@ import pytest
 
 from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
+from laya_robustness.pytest_plugin.estimate import show_time_left
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
 from laya_robustness.pytest_plugin.selection import narrowed_by, planned_cells
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
 from laya_robustness.run.judged import NO_CUDA
 from laya_robustness.run.outcome import Ending, RunOutcome
-from laya_robustness.run.scorers import served_without_dual
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
 MARKERS = {
@@ -136,9 +136,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "caption_set" in metafunc.fixturenames:
         sets = session.caption_sets_for_collection()
         if not sets:
-            reason = served_without_dual("this family") if session.served and session.dual_model is None \
-                else ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
-                      "--model, or --dual-model)")
+            reason = session.run.models.no_dual_reason(metafunc.function.__name__.removeprefix("test_")) \
+                or ("no caption rows to probe: select an lgip family and give a dual encoder (a CLIP / SigLIP "
+                    "--model, or --dual-model)")
             sets = [pytest.param("none", marks=pytest.mark.skip(reason=reason))]
         metafunc.parametrize("caption_set", sets)
     if "device" in metafunc.fixturenames:
@@ -154,15 +154,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("slow") is not None:
                 item.add_marker(skip)
     session = robustness_session(config)
+    _benchmarks_when_asked(config, session, items)
+    session.snapshot_tests = {i.nodeid for i in items if "snapshot" in getattr(i, "fixturenames", ())}
     session.check_ids = {i.nodeid for i in items if _is_gate_check(i)}
     gate_items = any("robustness" in getattr(i, "fixturenames", ()) for i in items)
     if session.usage_error is not None or gate_items:
-        session.validate_inputs()  # bad data or thresholds: a usage error before any test runs
+        if not _inputs_valid(config, session, items):  # bad data or thresholds: a usage error before any test runs
+            return
     if gate_items and not config.option.collectonly:
         _connect_cluster(session)  # an unreachable cluster stops the run before the report folder is touched
         _claim_report_dir(config, session, items)
     # The summary snapshot needs every family: run it after the family tests.
     items.sort(key=lambda item: "snapshot" in getattr(item, "fixturenames", ()))
+
+
+def _benchmarks_when_asked(config: pytest.Config, session: RobustnessSession, items: list[pytest.Item]) -> None:
+    """On one's own --data the gate's benchmarks (throughput, not a verdict) run only when asked: --benchmark-only
+    (just them), --benchmark-enable (with the gate) or their file named on the command line."""
+    if not session.run.models.own_data or config.getoption("benchmark_only", False) \
+            or config.getoption("benchmark_enable", False):
+        return
+    named = [arg for arg in config.invocation_params.args if "test_benchmarks" in str(arg)]
+    skip = pytest.mark.skip(reason="benchmarks run on your own --data when asked: --benchmark-only (just them) or "
+                                   "--benchmark-enable (with the gate)")
+    for item in items:
+        if "benchmark" in getattr(item, "fixturenames", ()) and "robustness" in item.fixturenames and not named:
+            item.add_marker(skip)
 
 
 def _is_gate_check(item: pytest.Item) -> bool:
@@ -179,7 +196,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     state = item.config.stash.get(SESSION_KEY, None)
     if state is not None:
         state.count_check(report)
+        if report.when == "call" and "snapshot" in getattr(item, "fixturenames", ()):
+            state.snapshot_ran = True
     return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    stopped = False
+    try:
+        return (yield)
+    except BaseException:  # Ctrl-C, SIGTERM, pytest.exit
+        stopped = True
+        raise
+    finally:
+        state = session.config.stash.get(SESSION_KEY, None)
+        if state is not None and not _is_worker(session.config):
+            _syrupy_without_unused_advice(session, state, stopped or bool(session.shouldfail or session.shouldstop))
+
+
+def _syrupy_without_unused_advice(session: pytest.Session, state: RobustnessSession, stopped: bool) -> None:
+    """Leave syrupy out of the run's end where it would count the committed summary snapshot as unused and advise
+    deleting it (deleting it under ``--snapshot-update``): a run that stopped before the snapshot's test ran, and
+    an xdist run whose every snapshot test was compared here, on the controller (syrupy there sees the workers'
+    skips, not the comparison). The terminal summary says what became of the snapshot."""
+    deferred = {snapshot["nodeid"] for snapshot in state.deferred_snapshots}
+    unrun = stopped and not state.snapshot_ran and not deferred
+    compared_here = bool(deferred) and state.snapshot_tests <= deferred
+    if not state.snapshot_tests or not (unrun or compared_here):
+        return
+    syrupy = session.config.pluginmanager.get_plugin("syrupy")
+    if syrupy is not None:
+        session.config.pluginmanager.unregister(syrupy)
+    if unrun:
+        state.snapshot_note = "the summary snapshot was not compared (the run stopped before its test)"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -187,9 +237,43 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # on --executor ray they are scored as one stream from the first test on (run.executors.ray_stream).
     # pytest calls this hook even when collection stopped on an error (a bad input file: there is no plan to make).
     state = session.config.stash.get(SESSION_KEY, None)
-    if state is not None and state.usage_error is None and state.run.models.run_executor.streams \
-            and not session.config.option.collectonly:
+    if state is None or state.usage_error is not None or session.config.option.collectonly:
+        return
+    if state.run.models.run_executor.streams:
         state.run.plan(planned_cells(session.items, state.run))
+    if not _is_worker(session.config):
+        show_time_left(session.config, state, [i.nodeid for i in session.items],
+                       skipped={i.nodeid for i in session.items if i.get_closest_marker("skip") is not None})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    # under xdist the controller knows the tests by their ids, from the first worker that collected them
+    state = node.config.stash.get(SESSION_KEY, None)
+    if state is not None and state.usage_error is None and not node.config.option.collectonly:
+        show_time_left(node.config, state, list(ids), workers=int(node.config.getoption("numprocesses", 1) or 1))
+
+
+def _inputs_valid(config: pytest.Config, session: RobustnessSession, items: list[pytest.Item]) -> bool:
+    """Read the rows and limits (``RobustnessSession.validate_inputs``): a problem is pytest's usage error (exit 4).
+    An xdist worker cannot raise one from its collection (xdist would report the worker as crashed): it runs none
+    of its tests and tells the controller, which ends with exit 4 and the message."""
+    try:
+        session.validate_inputs()
+        return True
+    except pytest.UsageError as exc:
+        if not _is_worker(config):
+            raise
+        _stop_worker(config, session, items, EXIT_USAGE, str(exc))
+        return False
+
+
+def _stop_worker(config: pytest.Config, session: RobustnessSession, items: list[pytest.Item], status: int,
+                 message: str) -> None:
+    """An xdist worker that cannot start the run: none of its tests run; the controller ends with ``status``."""
+    session.start_error = (status, message)
+    config.hook.pytest_deselected(items=list(items))
+    items[:] = []
 
 
 def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: list[pytest.Item]) -> None:
@@ -207,9 +291,7 @@ def _claim_report_dir(config: pytest.Config, session: RobustnessSession, items: 
         if status == EXIT_USAGE:
             raise pytest.UsageError(message)
         pytest.exit(message, returncode=status)
-    session.start_error = (status, message)
-    config.hook.pytest_deselected(items=list(items))
-    items[:] = []
+    _stop_worker(config, session, items, status, message)
 
 
 def _connect_cluster(session: RobustnessSession) -> None:

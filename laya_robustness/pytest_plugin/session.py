@@ -52,6 +52,10 @@ class RobustnessSession:
         # under xdist: the workers' summary snapshots ({device, name, path}), compared on the controller
         self.deferred_snapshots: list[dict] = []
         self.snapshot_outcomes: list = []  # snapshot.SnapshotOutcome of each, once compared
+        self.time_left = None  # estimate.TimeLeft of the run's tests, once they are known
+        self.snapshot_tests: set[str] = set()  # the selected tests of syrupy's ``snapshot`` (any xdist worker's)
+        self.snapshot_ran = False  # a summary snapshot test ran its call in this process
+        self.snapshot_note: str | None = None  # why the snapshot was not compared, said at the end
         # the gate's checks this process ran (tests of the ``robustness`` fixture, benchmarks aside): judged or not
         self.check_ids: set[str] = set()
         self.tally = JudgedTally()

@@ -58,7 +58,8 @@ class DatasetScheduling(LoadScopeScheduling):
 def worker_payload(session) -> str:
     """What a worker sends the controller, as JSON: its run's part (``GateRun.worker_payload``) and its session's."""
     return json.dumps({**session.run.worker_payload(), "snapshots": session.deferred_snapshots,
-                       "start_error": session.start_error, "tally": session.tally.as_dict()})
+                       "start_error": session.start_error, "tally": session.tally.as_dict(),
+                       "snapshot_tests": sorted(session.snapshot_tests)})
 
 
 def merge_payload(session, payload: str) -> None:
@@ -66,6 +67,7 @@ def merge_payload(session, payload: str) -> None:
     data = json.loads(payload)
     session.run.merge_worker(data)
     session.tally.merge(data["tally"])
+    session.snapshot_tests |= set(data["snapshot_tests"])
     if data["start_error"] and session.start_error is None:
         session.start_error = tuple(data["start_error"])
     for snapshot in data["snapshots"]:

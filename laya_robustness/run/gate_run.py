@@ -29,7 +29,7 @@ from laya_robustness.run.reports.data_files import device_reports
 from laya_robustness.run.reports.lock import FolderHold, RunIdentity
 from laya_robustness.run.reports.meta import RunFacts
 from laya_robustness.run.scope import cut_short
-from laya_robustness.run.scorers import RunScorers, served_without_dual
+from laya_robustness.run.scorers import RunScorers
 from laya_robustness.run.scoring.images import rows_with_pixels
 from laya_robustness.run.scoring.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
 from laya_robustness.run.scoring.models import identity_key
@@ -393,8 +393,7 @@ def invariance_skip_reason(models: RunScorers, condition: str, source: str) -> s
     if source == "rows" and models.model_is_dual:
         return "--model is a dual encoder: its invariance conditions run in test_dual_invariance"
     if source == "captions" and models.dual_model is None:
-        return (served_without_dual("test_dual_invariance") if models.served else
-                "no dual encoder to check: pass a CLIP / SigLIP --model, or --dual-model")
+        return models.no_dual_reason("test_dual_invariance")
     if source == "captions" and condition not in DUAL_CONDITIONS:
         return f"{condition} needs rows with several or no images, which a dual encoder does not score"
     return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from laya_robustness.embedded import EMBEDDED_CAPTIONS, EMBEDDED_DATA, EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL
 from laya_robustness.run.errors import HarnessError, stops_run
 from laya_robustness.run.executors.registry import make_executor
 from laya_robustness.run.scoring.models import (
@@ -75,9 +76,9 @@ class RunScorers:
 
     @property
     def dual_model(self) -> str | None:
-        """The dual encoder the caption families probe (see ``--dual-model``), or None."""
-        from laya_robustness.embedded import EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL
-
+        """The dual encoder the caption families probe (see ``--dual-model``), or None. Left to ``auto``: the
+        ``--model`` when it is one; the embedded dual encoder beside the embedded model when the rows are the
+        embedded ones too or ``--captions`` names caption rows (a run on one's own ``--data`` is about its rows)."""
         chosen = self.settings.dual_model
         if chosen != "auto":
             return chosen
@@ -85,9 +86,19 @@ class RunScorers:
             return None
         if self.model_is_dual:
             return self.settings.model
-        if Path(self.settings.model).resolve() == (self.root / EMBEDDED_MODEL).resolve():
+        if self._embedded("model") and (self._embedded("data") or not self._embedded("captions")):
             return str(self.root / EMBEDDED_DUAL_MODEL)
         return None
+
+    def _embedded(self, name: str) -> bool:
+        """Whether the setting ``name`` (model, data, captions) is the embedded default's."""
+        embedded = {"model": EMBEDDED_MODEL, "data": EMBEDDED_DATA, "captions": EMBEDDED_CAPTIONS}[name]
+        return Path(getattr(self.settings, name)).resolve() == (self.root / embedded).resolve()
+
+    @property
+    def own_data(self) -> bool:
+        """Whether the rows are the user's own (``--data`` other than the embedded fixture rows)."""
+        return not self._embedded("data")
 
     def probes_captions(self, families) -> bool:
         """Whether caption rows are read: a caption family is among ``families`` and a dual encoder is there."""
@@ -103,12 +114,22 @@ class RunScorers:
         if source == "rows" and self.model_is_dual:
             return (f"{self.settings.model_name} is a dual encoder: it answers no questions, so {family} does not "
                     "apply (the lgip families probe it)")
-        if source == "captions" and self.dual_model is None and self.served:
-            return served_without_dual(family)
-        if source == "captions" and self.dual_model is None:
-            return (f"{family} probes a dual encoder and none is given: pass a CLIP / SigLIP --model, or "
-                    "--dual-model <hub id or directory>")
+        if source == "captions":
+            return self.no_dual_reason(family)
         return None
+
+    def no_dual_reason(self, what: str) -> str | None:
+        """Why ``what`` (a caption family, the dual encoder's conditions) does not run: no dual encoder; or None."""
+        if self.dual_model is not None:
+            return None
+        if self.served:
+            return served_without_dual(what)
+        if self._embedded("model"):  # one reason for every caption test, so a run's skips count it once
+            return (f"the embedded dual encoder (the lgip families, test_dual_invariance) is probed with the "
+                    f"embedded rows only: on your own --data ask for it with --dual-model {EMBEDDED_DUAL_MODEL} (or "
+                    "probe yours with --dual-model and --captions)")
+        return ("the lgip families and test_dual_invariance probe a dual encoder and none is given: pass a CLIP / "
+                "SigLIP --model, or --dual-model <hub id or directory>")
 
     # -- scorers in this process --------------------------------------------------------------------
 
@@ -123,11 +144,15 @@ class RunScorers:
             message, fatal = self._load_errors[key]
             raise HarnessError(message + " (failed earlier in this run; not retried)", stops_run=fatal)
 
-    def _load_failed(self, key: str, model, device: str, exc: Exception) -> HarnessError:
+    def _load_failed(self, key: str, source: str, device: str, exc: Exception) -> HarnessError:
+        """The question model that cannot load stops the run (every test of the device would fail with the same
+        error); a dual encoder that cannot load fails the caption tests only, unless its error says it stops."""
+        model = self.source_model(source)
         named = repr(model) if model is not None else "(the endpoint's only model)"
         message = f"cannot load scorer {self.settings.scorer!r} for model {named} on {device}: {exc}"
-        self._load_errors[key] = (message, stops_run(exc))
-        return self.harness_error(message, stops_run(exc))
+        stop = source == "rows" or stops_run(exc)
+        self._load_errors[key] = (message, stop)
+        return self.harness_error(message, stop)
 
     def _load(self, device: str, source: str):
         return load_source_scorer(self.settings, self.source_model(source), device,
@@ -142,7 +167,7 @@ class RunScorers:
             try:
                 scorer = self._load(device, source)
             except Exception as exc:  # any failure to load is the harness's, not the gate's
-                raise self._load_failed(key, self.source_model(source), device, exc) from exc
+                raise self._load_failed(key, source, device, exc) from exc
             self._scorers[key] = scorer
             self.identities[key] = dict(getattr(scorer, "identity", {}))
             if source == "rows" and self.model_object is not None:
@@ -197,7 +222,7 @@ class RunScorers:
     def load_failed(self, device: str, source: str, exc: Exception) -> HarnessError:
         """The harness error of ``source``'s scorer failing to load on ``device`` (wherever the executor loads it),
         remembered so that it is not retried."""
-        return self._load_failed(identity_key(device, source), self.source_model(source), device, exc)
+        return self._load_failed(identity_key(device, source), source, device, exc)
 
     def source_model(self, source: str) -> str | None:
         """The model scoring ``source`` rows: the dual encoder for captions, else the model (a model in memory by

@@ -105,6 +105,16 @@ class EndpointError(RuntimeError):
         self.status, self.detail = status, detail
 
 
+#: What servers say when a prompt is longer than the model's context (llama.cpp: "exceeds the available context
+#: size"; vLLM, OpenAI: "maximum context length"; others: "context length", "context window", "too many tokens").
+CONTEXT_REFUSAL = re.compile(r"context (size|length|window)|too many (input )?tokens|prompt is too long", re.I)
+
+
+def exceeds_context(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server refusing a prompt longer than its model's context (an HTTP 400 saying so)."""
+    return isinstance(exc, EndpointError) and exc.status in (400, 413, 422) and bool(CONTEXT_REFUSAL.search(exc.detail))
+
+
 class _Transient(Exception):
     """A failure worth retrying: 429, 5xx, a dropped or refused connection, a timeout, a reply cut short."""
 

@@ -349,7 +349,8 @@ OPTIONS = (
     Option("--captions", EMBEDDED_CAPTIONS, "caption rows the dual-encoder (lgip) families probe: a COCO-captions "
            "file, a caption JSONL file or a directory of them"),
     Option("--dual-model", "auto", "dual encoder (CLIP / SigLIP) the lgip families probe: a hub id or directory, none, "
-           f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated)"),
+           f"or auto (--model when it is a dual encoder; {EMBEDDED_DUAL_MODEL} when the embedded model is gated on the "
+           "embedded rows, or on other --captions)"),
     Option("--paraphrases", "none", "JSONL of your own caption paraphrases by row id ({row_id, paraphrases}), or none"),
     Option("--rephrasings", "none", "JSONL of your own question rephrasings by row id ({row_id, rephrasings: [...]}) "
            "the rephrase family asks besides its built-in rules (python -m laya_robustness variants rephrase "
@@ -459,17 +460,32 @@ class Settings:
     in_memory: InMemoryModel | None = field(default=None, compare=False, repr=False)
 
 
-def checkpoint(text: str, bases: tuple[Path, ...]) -> str:
+def checkpoint(text: str, bases: tuple[Path, ...], flag: str = "--model") -> str:
     """The model ``text`` names, as every process of the run loads it: a local directory as an absolute path
     (relative to the first of ``bases`` that holds it: the rootdir, then the folder the run was started in, where
     ``from_pretrained`` looks), else ``text`` itself (a hub id). Absolute, so a Ray actor started in another folder
-    loads the same directory."""
+    loads the same directory. A text that can only be a local path (``looks_local``) and names none is a usage error
+    naming ``flag``."""
     path = Path(text).expanduser()
     for base in bases:
         local = path if path.is_absolute() else Path(base) / path
         if local.exists():
             return str(local)
+    if looks_local(text):
+        where = "" if path.is_absolute() else f" (looked in {', '.join(str(b) for b in dict.fromkeys(bases))})"
+        raise bad_value(flag, f"no directory {text}{where}; a local checkpoint is a directory that exists, a hub id "
+                              f"is org/name")
     return text
+
+
+def looks_local(text: str) -> bool:
+    """Whether ``text`` can only name a local path, never a hub id (``org/name``): it starts with ``/``, ``.`` or
+    ``~``, or has more than one ``/``.
+
+    >>> [looks_local(t) for t in ("HuggingFaceTB/SmolVLM-256M-Instruct", "./ckpt", "/models/a", "runs/a/b", "gpt2")]
+    [False, True, True, True, False]
+    """
+    return text.startswith(("/", ".", "~")) or text.count("/") > 1
 
 
 def check_executor(values: Mapping[str, Any], given: Collection[str], xdist_workers: object) -> None:
@@ -532,7 +548,7 @@ def parse_settings(given_values: Mapping[str, Any], *, root: Path, cwd: Path | N
                                                         root=root)
     dual = values.pop("dual_model")
     if dual not in ("auto", "none"):
-        dual = checkpoint(dual, bases)
+        dual = checkpoint(dual, bases, "--dual-model")
     paraphrases = values.pop("paraphrases")
     for name in ("rephrasings", "translations"):
         values[name] = None if values[name] == "none" else resolve(values[name])

@@ -314,9 +314,17 @@ class ServedInvarianceRun(InvarianceRun):
 
     def scores(self, name: str) -> tuple[list, list]:
         """(reference, condition) answers; ConditionNotSupported for a condition a server cannot run."""
+        from laya_robustness.scoring.served import exceeds_context
+
         if name in SERVED_UNSUPPORTED:
             raise ConditionNotSupported(SERVED_UNSUPPORTED[name])
-        return super().scores(name)
+        try:
+            return super().scores(name)
+        except Exception as exc:
+            if exceeds_context(exc):  # the server's context is the model's to choose, not a fault of the harness
+                raise ConditionNotSupported(f"a prompt of it is longer than the served model's context (the server "
+                                            f"answered: {exc.detail[:300]})") from None
+            raise
 
     def precision(self, name: str) -> str:
         return SERVED
