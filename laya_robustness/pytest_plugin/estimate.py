@@ -154,8 +154,8 @@ def plan_line(device: str, rows: Mapping[str, int], tests: list[Planned]) -> str
     family_tests = sum(t.family is not None for t in tests)
     others = len(tests) - family_tests
     return (f"laya-robustness plan ({device}): {sum(rows.values()):,} rows of {len(rows)} dataset"
-            f"{'s' * (len(rows) != 1)}; {family_tests} family test{'s' * (family_tests != 1)} of {len(families)} "
-            f"famil{'ies' if len(families) != 1 else 'y'}, {others} other test{'s' * (others != 1)}; the time left "
+            f"{'s' * (len(rows) != 1)}; {family_tests:,} family test{'s' * (family_tests != 1)} of {len(families)} "
+            f"famil{'ies' if len(families) != 1 else 'y'}, {others:,} other test{'s' * (others != 1)}; the time left "
             "follows the progress")
 
 
