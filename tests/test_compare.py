@@ -164,3 +164,17 @@ def test_an_incomplete_checkpoint_is_marked_and_its_unjudged_cells_show_no_value
     table = trend_table(checkpoints)
     assert "step 1 (incomplete)" in table[0]
     assert table[-1].startswith("(incomplete): ")
+
+
+def test_two_runs_of_one_lora_training_compare_and_runs_of_other_adapters_do_not():
+    from laya_robustness.report.review import configuration_differences
+
+    def meta(r: int, adapter_weights: str) -> dict:
+        return {"model": {"model": "base", "weights_sha256": {"tensors": adapter_weights + "t", "base": "b",
+                                                              "adapter": adapter_weights},
+                          "adapters": {"default": {"kind": "LORA", "base_model": "base", "r": r}}}}
+
+    assert configuration_differences(meta(4, "step-2"), meta(4, "step-4")) == []  # the adapters' weights moved
+    assert configuration_differences(meta(4, "step-2"), meta(8, "step-4")) == [
+        "the model's adapters differs ({'default': {'kind': 'LORA', 'base_model': 'base', 'r': 4}} in OLD, "
+        "{'default': {'kind': 'LORA', 'base_model': 'base', 'r': 8}} in NEW)"]

@@ -88,6 +88,27 @@ def test_a_lora_model_is_gated_with_the_numbers_of_its_merged_saved_and_reloaded
     assert merged <= 1e-4 and adapted > 100 * merged, (merged, adapted)
 
 
+def test_a_lora_models_reports_name_its_base_and_its_adapter_and_hash_both(tmp_path, monkeypatch):
+    from laya_robustness.scoring.loading import weight_hashes
+
+    model = get_peft_model(_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj", "q_proj"],
+                                                lora_dropout=0.0, init_lora_weights=False))  # adapters not at 0
+    monkeypatch.chdir(ROOT)
+    result = laya_robustness.run_gate(model, processor=AutoProcessor.from_pretrained(MODEL), invariance=False,
+                                      report_dir=tmp_path / "r", **GATE)
+    identity = json.loads((tmp_path / "r" / "summary.json").read_text())["meta"]["model"]
+    assert result.judged and identity["adapters"] == {"default": {
+        "kind": "LORA", "base_model": str(MODEL), "r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
+    hashes = identity["weights_sha256"]
+    assert hashes["base"] == weight_hashes(MODEL)["tensors"]  # the base checkpoint's own digest: its weights, frozen
+    assert len({hashes["tensors"], hashes["base"], hashes["adapter"]}) == 3
+    again = get_peft_model(_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj", "q_proj"],
+                                                lora_dropout=0.0, init_lora_weights=False))
+    from laya_robustness.scoring.loading import model_weight_hashes
+
+    assert model_weight_hashes(again.get_base_model())["adapter"] != hashes["adapter"]  # other adapter weights
+
+
 def _largest_dp(a: dict, b: dict) -> float:
     """The largest difference of an option's probability between two runs' records of the same rows."""
     return max(abs(x - y) for row_id in a

@@ -71,7 +71,7 @@ from laya_robustness.scoring.hf_images import (
 from laya_robustness.scoring.hf_paths import Paths
 from laya_robustness.scoring.hf_planning import Planner, buckets
 from laya_robustness.scoring.hf_prefix_runs import PrefixRuns
-from laya_robustness.scoring.in_memory import unwrapped
+from laya_robustness.scoring.in_memory import adapters, unwrapped
 from laya_robustness.scoring.loading import (
     load_model,
     load_processor,
@@ -186,7 +186,9 @@ class HFVLMScorer:
         ``.to()`` (``device`` may only name the model's own device), eval mode and ``no_grad`` only while scoring
         (the mode each module had is put back after every call). The identity is ``from_pretrained``'s for the
         directory ``model.save_pretrained`` would write, taken from the tensors in place (``model_weight_hashes``:
-        nothing is written), and the config's ``_name_or_path`` (``in-memory`` when empty) as the model's name."""
+        nothing is written), and the config's ``_name_or_path`` (``in-memory`` when empty) as the model's name; a
+        peft model's adapters (``in_memory.adapters``) beside it, and its base's and adapters' own digests in
+        ``weights_sha256`` (``base``, ``adapter``)."""
         model = unwrapped(model)  # a peft model's base with its adapters in place; a DDP / compiled model's module
         if processor is None:
             raise TypeError("from_model needs processor: the model's processor (e.g. AutoProcessor.from_pretrained "
@@ -196,6 +198,8 @@ class HFVLMScorer:
         identity = {"model": getattr(model.config, "_name_or_path", "") or IN_MEMORY,
                     "weights_sha256": model_weight_hashes(model),
                     "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+        if adapters(model):  # a peft model: its base and its adapters, each named and hashed
+            identity["adapters"] = adapters(model)
         return cls(model, processor, device=own, precision=precision, batch_size=batch_size, identity=identity,
                    feature_cache_bytes=feature_cache_bytes, pixel_cache_bytes=pixel_cache_bytes,
                    prefix_cache_bytes=prefix_cache_bytes, in_memory=True)

@@ -75,3 +75,28 @@ def device_mismatch(model, device: str | None) -> tuple[str, str] | None:
         return "device", (f"{device!r} is not the model's own device {str(own)!r}: a model in memory is scored where "
                           f"its weights are; move it first (model.to({device!r})), or leave device out")
     return None
+
+
+def adapters(model) -> dict[str, dict] | None:
+    """The peft adapters a model in memory carries (``peft_config``, set by peft on the model it wraps), by name:
+    their kind, base model, rank, alpha and target modules where the kind has them; None without any.
+
+    >>> class Config:
+    ...     peft_type, base_model_name_or_path, r, lora_alpha, target_modules = "LORA", "base", 4, 8, {"v", "q"}
+    >>> class Model:
+    ...     peft_config = {"default": Config()}
+    >>> adapters(Model())
+    {'default': {'kind': 'LORA', 'base_model': 'base', 'r': 4, 'alpha': 8, 'target_modules': ['q', 'v']}}
+    """
+    configs = getattr(model, "peft_config", None)
+    if not configs or not isinstance(configs, dict):
+        return None
+    out = {}
+    for name, config in sorted(configs.items()):
+        kind = getattr(config, "peft_type", None)
+        described = {"kind": str(getattr(kind, "value", kind)),
+                     "base_model": getattr(config, "base_model_name_or_path", None),
+                     "r": getattr(config, "r", None), "alpha": getattr(config, "lora_alpha", None),
+                     "target_modules": sorted(getattr(config, "target_modules", None) or [])}
+        out[name] = {key: value for key, value in described.items() if value not in (None, [])}
+    return out

@@ -97,8 +97,18 @@ def short_hashes(hashes: Mapping[str, str] | None) -> str:
 
 def model_weight_hashes(model) -> dict[str, str]:
     """``weight_hashes`` of a model in memory, from its state dict's tensors as they are: nothing is written or
-    copied (a tensor on a device comes to the CPU one at a time)."""
-    return {TENSORS: tensor_digest(model.state_dict().values())}
+    copied (a tensor on a device comes to the CPU one at a time). A model carrying peft adapters (``peft_config``:
+    LoRA and the other adapter kinds, whose tensors peft names ``...<kind>_A.<adapter>.weight``) adds ``base``,
+    the digest of the other tensors (its base checkpoint's ``tensors`` while the base is frozen), and ``adapter``,
+    the digest of the adapters' own."""
+    state = model.state_dict()
+    hashes = {TENSORS: tensor_digest(state.values())}
+    names = set(getattr(model, "peft_config", None) or ())
+    if names:
+        own = {key for key in state if names & set(key.split("."))}
+        hashes["base"] = tensor_digest(t for key, t in state.items() if key not in own)
+        hashes["adapter"] = tensor_digest(state[key] for key in own)
+    return hashes
 
 
 def hub_offline() -> bool:
