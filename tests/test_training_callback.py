@@ -1,5 +1,6 @@
 """``RobustnessCallback`` in a real ``transformers.Trainer``: the embedded tiny SmolVLM fine-tuned for a few steps with
-``report_to=["tensorboard"]``, the robustness scalars read back with TensorBoard's own reader at every evaluation,
+``report_to=["tensorboard", "mlflow"]``, the robustness metrics read back at every evaluation with TensorBoard's own
+reader and with ``MlflowClient`` from MLflow's local file store,
 the last ones equal to the gate on the model saved and loaded back; ``trend`` over the callback's folders, its
 paired changes recomputed here from the records; what the Trainer prints, one short line per evaluation."""
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorboard")
+pytest.importorskip("mlflow")
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainingArguments  # noqa: E402
@@ -36,6 +38,10 @@ MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm"
 #: The gate at each evaluation: two families, a few rows per set.
 GATE = {"families": ["option_order", "text"], "rows_per_set": 6}
 STEPS, EVAL_EVERY = 6, 2
+MLFLOW_EXPERIMENT = "robustness-gate"
+#: What every evaluation logs, as each tracker is checked for.
+LOGGED = ("robustness/option_order/colour_choice/flip", "robustness/text/count_choice/acc",
+          "robustness/orig/exists_yesno/acc", "robustness/failed_checks")
 
 
 class StepClock:
@@ -68,6 +74,9 @@ def trained(tmp_path_factory, monkeypatch_module):
     """A few steps of a real Trainer with the callback: (its folder, the callback, the trainer, the step clock)."""
     out = tmp_path_factory.mktemp("trainer")
     monkeypatch_module.setenv("TENSORBOARD_LOGGING_DIR", str(out / "tb"))  # where TensorBoardCallback writes
+    monkeypatch_module.setenv("MLFLOW_TRACKING_URI", (out / "mlruns").as_uri())  # MLflow's local file store,
+    monkeypatch_module.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # which MLflow 3.18 refuses unless allowed
+    monkeypatch_module.setenv("MLFLOW_EXPERIMENT_NAME", MLFLOW_EXPERIMENT)
     # eager attention, the gate's default: a row's scores do not depend on its batch (sdpa moves them by ~1e-6)
     model = AutoModelForImageTextToText.from_pretrained(MODEL, attn_implementation="eager")
     processor = AutoProcessor.from_pretrained(MODEL)
@@ -77,7 +86,7 @@ def trained(tmp_path_factory, monkeypatch_module):
     train = AnswerDataset(processor, rows_per_set=16, seed=1)
     args = TrainingArguments(str(out / "run"), max_steps=STEPS, eval_strategy="steps", eval_steps=EVAL_EVERY,
                              per_device_train_batch_size=8, per_device_eval_batch_size=8, learning_rate=5e-3,
-                             logging_steps=1, report_to=["tensorboard"], save_strategy="no", use_cpu=True, seed=0,
+                             logging_steps=1, report_to=["tensorboard", "mlflow"], save_strategy="no", use_cpu=True, seed=0,
                              dataloader_num_workers=0, disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=AnswerDataset(processor, rows_per_set=2,
                                                                                            seed=2),
@@ -107,8 +116,7 @@ def test_tensorboard_holds_the_robustness_scalars_at_every_evaluation(trained):
     scalars = _scalars(out / "tb")
     steps = list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
     robustness = {tag: by_step for tag, by_step in scalars.items() if tag.startswith("robustness/")}
-    for tag in ("robustness/option_order/colour_choice/flip", "robustness/text/count_choice/acc",
-                "robustness/orig/exists_yesno/acc", "robustness/failed_checks"):
+    for tag in LOGGED:
         assert sorted(robustness[tag]) == steps, (tag, sorted(robustness))
     assert sorted(callback.results) == steps and len(clock.gates) == len(steps)
     for step in steps:  # each evaluation's reports, in the Trainer's own naming
@@ -117,6 +125,24 @@ def test_tensorboard_holds_the_robustness_scalars_at_every_evaluation(trained):
     train_step = (clock.total - sum(clock.gates)) / STEPS
     print(f"\ncallback per evaluation {sum(clock.gates[1:]) / (len(steps) - 1):.2f} s (first {clock.gates[0]:.2f} s, "
           f"reading rows and building variants); a training step with its evaluation loss {train_step:.2f} s")
+
+
+def test_mlflow_holds_the_robustness_metrics_at_every_evaluation(trained):
+    """Read back with MLflow's own client from the local file store the Trainer's MLflow integration wrote."""
+    from mlflow.tracking import MlflowClient
+
+    out, callback, _, _ = trained
+    client = MlflowClient(tracking_uri=(out / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name(MLFLOW_EXPERIMENT)
+    (run,) = client.search_runs([experiment.experiment_id])
+    steps = list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
+    for key in LOGGED:
+        history = client.get_metric_history(run.info.run_id, key)
+        assert sorted(m.step for m in history) == steps, (key, history)
+    flips = {m.step: m.value for m in client.get_metric_history(run.info.run_id, LOGGED[0])}
+    for step in steps:  # the very numbers of each evaluation's reports
+        summary = json.loads((out / "robustness" / f"checkpoint-{step}" / "summary.json").read_text())
+        assert flips[step] == pytest.approx(summary["families"]["option_order"]["colour_choice"]["flip"], abs=1e-12)
 
 
 def test_the_last_logged_numbers_are_the_gates_on_the_saved_model(trained, tmp_path, monkeypatch):
