@@ -38,15 +38,15 @@ def test_what_failed_and_what_newly_passes_is_one_line_each_with_its_numbers():
 def test_a_line_a_person_reads_is_wrapped_to_the_terminals_width_and_joins_back():
     from types import SimpleNamespace
 
-    from laya_robustness.pytest_plugin.terminal import _write
+    from laya_robustness.pytest_plugin.terminal import write_wrapped
     from laya_robustness.report.wrapping import INDENT, unwrap
 
     written = []
     reporter = SimpleNamespace(_tw=SimpleNamespace(fullwidth=60), write_line=lambda line, **m: written.append((line, m)))
     line = ("XPASS text/colour_choice max_flip: flip 0.01 <= max_flip 0.1 (a known limitation that now passes: "
             "remove it from the limitations file)")
-    _write(reporter, line, red=True)
+    write_wrapped(reporter, line, red=True)
     assert len(written) == 3 and all(len(w) < 60 and m == {"red": True} for w, m in written)
     assert all(w.startswith(INDENT) for w, _ in written[1:]) and unwrap(w for w, _ in written) == [line]
-    _write(reporter, "verdicts: 1 FAIL")
+    write_wrapped(reporter, "verdicts: 1 FAIL")
     assert written[-1] == ("verdicts: 1 FAIL", {})

@@ -171,14 +171,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _benchmarks_when_asked(config: pytest.Config, session: RobustnessSession, items: list[pytest.Item]) -> None:
     """On one's own --data the gate's benchmarks (throughput, not a verdict) run only when asked: --benchmark-only
     (just them), --benchmark-enable (with the gate) or their file named on the command line."""
-    if not session.run.models.own_data or config.getoption("benchmark_only", False) \
-            or config.getoption("benchmark_enable", False):
+    asked = config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False) \
+        or any("test_benchmarks" in str(arg) for arg in config.invocation_params.args)
+    if asked or not session.run.models.own_data:
         return
-    named = [arg for arg in config.invocation_params.args if "test_benchmarks" in str(arg)]
     skip = pytest.mark.skip(reason="benchmarks run on your own --data when asked: --benchmark-only (just them) or "
                                    "--benchmark-enable (with the gate)")
     for item in items:
-        if "benchmark" in getattr(item, "fixturenames", ()) and "robustness" in item.fixturenames and not named:
+        names = getattr(item, "fixturenames", ())
+        if "benchmark" in names and "robustness" in names:
             item.add_marker(skip)
 
 

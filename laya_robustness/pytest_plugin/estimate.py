@@ -199,17 +199,17 @@ def show_time_left(config, state, nodeids: list[str], skipped: set[str] = frozen
     def rows_of(family: str, dataset: str) -> int:
         return len(state.run.rows_of(family).get(dataset, ()))
 
-    asked = {"orig", *state.settings.families}
+    planned = planned_tests(nodeids, _family_of, rows_of, datasets, _runs_here(set(skipped)))
     # a family test of a family not asked for, or one these models cannot take, skips at once: no work
-    tests = [t for t in planned_tests(nodeids, _family_of, rows_of, datasets, _runs_here(set(skipped)))
-             if t.family is None or t.family in asked and state.run.models.skip_reason(t.family) is None]
+    runs = {family: family in {"orig", *state.settings.families} and state.run.models.skip_reason(family) is None
+            for family in {t.family for t in planned if t.family is not None}}
+    tests = [t for t in planned if t.family is None or runs[t.family]]
     if not any(t.family for t in tests):
         return
     state.time_left = TimeLeft(tests, workers)
-    from laya_robustness.report.wrapping import wrap
+    from laya_robustness.pytest_plugin.terminal import write_wrapped
 
-    for line in wrap(plan_line(state.settings.device, rows, tests), getattr(getattr(reporter, "_tw", None), "fullwidth", 80) - 1):
-        reporter.write_line(line)
+    write_wrapped(reporter, plan_line(state.settings.device, rows, tests))
     config.pluginmanager.register(_ReportFollower(state.time_left), "laya-robustness-time-left")
     _follow_progress(reporter, state.time_left)
 

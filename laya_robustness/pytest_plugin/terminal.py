@@ -188,14 +188,15 @@ def write_summary(reporter, session) -> None:
     for line, complete in scope_lines(outcome.scopes if outcome is not None else {}):
         reporter.write_line(line, green=complete, yellow=not complete)
     if session.start_error is not None:
-        _write(reporter, f"ERROR (exit {session.start_error[0]}, nothing was run): {session.start_error[1]}", red=True)
+        status, why = session.start_error
+        write_wrapped(reporter, f"ERROR (exit {status}, nothing was run): {why}", red=True)
     if outcome is None:
         _nothing_judged(reporter, session)
         return
     for note in outcome.lock_notes:
-        _write(reporter, f"laya-robustness: {note}")
+        write_wrapped(reporter, f"laya-robustness: {note}")
     for error in outcome.harness_errors:
-        _write(reporter, f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
+        write_wrapped(reporter, f"HARNESS ERROR (exit 3, not a gate failure): {error}", red=True)
     if session.snapshot_note:
         reporter.write_line(f"laya-robustness: {session.snapshot_note}")
     if not outcome.reports:
@@ -208,7 +209,7 @@ def write_summary(reporter, session) -> None:
             for line in lines:
                 reporter.write_line(line)
     for line in token_lines(dict(outcome.scorer_stats)):
-        _write(reporter, line)
+        write_wrapped(reporter, line)
     for snapshot in session.snapshot_outcomes:
         if snapshot.matches:
             if verbosity >= 0:
@@ -221,7 +222,7 @@ def write_summary(reporter, session) -> None:
             reporter.write_line(line)
         reporter.write_line(f"review the change; accept it with `{accept_command(reporter.config)}`")
     if outcome.written and verbosity >= 0:
-        _write(reporter, written_line(list(outcome.written)))
+        write_wrapped(reporter, written_line(list(outcome.written)))
     if outcome.incomplete_reason:
         kept = " (the complete report of the previous run was kept; this one has '.incomplete' in its names)" \
             if outcome.kept_previous_report else ""
@@ -229,16 +230,16 @@ def write_summary(reporter, session) -> None:
                            if not n.startswith("--families")})
         advice = f"rerun without {', '.join(narrowed)} to judge every cell (--resume reuses what this run scored)" \
             if narrowed else "rerun with --resume to finish it"
-        _write(reporter, f"INCOMPLETE RUN: {outcome.incomplete_reason}{kept}; {advice}", yellow=True)
+        write_wrapped(reporter, f"INCOMPLETE RUN: {outcome.incomplete_reason}{kept}; {advice}", yellow=True)
     for device in sorted(outcome.reports):
         reporter.write_sep("=", f"robustness gate ({device}): verdict")
         for line in verdict_lines(outcome, device, verbosity > 0):
             failing = line.startswith(MARKS[FAIL]) or line.startswith(MARKS[XPASS])
-            _write(reporter, line, red=failing)
+            write_wrapped(reporter, line, red=failing)
     _nothing_judged(reporter, session)
 
 
-def _write(reporter, line: str, **markup) -> None:
+def write_wrapped(reporter, line: str, **markup) -> None:
     """A line a person reads, wrapped to the terminal's width (``report.wrapping``: continuations indented)."""
     width = getattr(getattr(reporter, "_tw", None), "fullwidth", 80)
     for part in wrap(line, width - 1):
@@ -249,7 +250,8 @@ def _nothing_judged(reporter, session) -> None:
     """The last line of a run that judged no check: it does not pass (exit 4 or 3), and why."""
     nothing = session.nothing_judged
     if nothing is not None:
-        _write(reporter, f"NOTHING JUDGED (exit {nothing.status}, the gate did not pass): {nothing.message}", red=True)
+        write_wrapped(reporter, f"NOTHING JUDGED (exit {nothing.status}, the gate did not pass): {nothing.message}",
+                      red=True)
 
 
 #: xdist's options (syrupy cannot update snapshots under workers), with whether each takes a value.

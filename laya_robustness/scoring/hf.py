@@ -198,8 +198,9 @@ class HFVLMScorer:
         identity = {"model": getattr(model.config, "_name_or_path", "") or IN_MEMORY,
                     "weights_sha256": model_weight_hashes(model),
                     "attn_implementation": getattr(model.config, "_attn_implementation", None)}
-        if adapters(model):  # a peft model: its base and its adapters, each named and hashed
-            identity["adapters"] = adapters(model)
+        carried = adapters(model)
+        if carried:  # a peft model: its base and its adapters, each named and hashed
+            identity["adapters"] = carried
         return cls(model, processor, device=own, precision=precision, batch_size=batch_size, identity=identity,
                    feature_cache_bytes=feature_cache_bytes, pixel_cache_bytes=pixel_cache_bytes,
                    prefix_cache_bytes=prefix_cache_bytes, in_memory=True)
