@@ -151,3 +151,19 @@ def test_a_model_in_memory_with_another_attention_kernel_is_said_once(caplog, tm
     with caplog.at_level("WARNING", logger="laya_robustness"):  # the same kernel as the gate's: nothing said
         laya_robustness.run_gate(load_model(str(EMBEDDED_MODEL), "eager"), processor=processor, **arguments)
     assert not [r for r in caplog.records if "runs attention" in r.getMessage()]
+
+
+def test_a_caption_family_asked_of_a_model_in_memory_leaves_the_question_families_judged(loaded, tmp_path):
+    """A model in memory has no checkpoint path: asking for a caption family (the default ``families`` of a callback
+    holds them) does not break the gate; with no dual encoder it probes nothing, and the question families are
+    judged."""
+    from conftest import ROOT
+
+    from laya_robustness.training import RobustnessCallback
+
+    model, processor = loaded
+    callback = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", root=ROOT, report_dir=tmp_path,
+                                  families=["option_order", "lgip_paraphrase"], rows_per_set=2)
+    result = callback.gate(model, processor, 1)
+    assert ("option_order", "colour_choice") in result.scope.judged
+    assert not [cell for cell in result.scope.asked if cell[0] == "lgip_paraphrase"]

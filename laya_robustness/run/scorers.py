@@ -93,7 +93,8 @@ class RunScorers:
     def _embedded(self, name: str) -> bool:
         """Whether the setting ``name`` (model, data, captions) is the embedded default's."""
         embedded = {"model": EMBEDDED_MODEL, "data": EMBEDDED_DATA, "captions": EMBEDDED_CAPTIONS}[name]
-        return Path(getattr(self.settings, name)).resolve() == (self.root / embedded).resolve()
+        value = getattr(self.settings, name)  # None: a model in memory
+        return value is not None and Path(value).resolve() == (self.root / embedded).resolve()
 
     @property
     def own_data(self) -> bool:
