@@ -13,6 +13,7 @@ raises ``HarnessError`` once what was scored is journaled (and, with ``report_di
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -26,6 +27,7 @@ from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import FAIL, XPASS
 from laya_robustness.records import ORIG
 from laya_robustness.run.errors import EXIT_LIMIT_CROSSED, HarnessError, UsageError
+from laya_robustness.run.executors.distributed import end_of_gate, world
 from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped, decided_nothing
 from laya_robustness.run.inputs.options import OPTIONS, InMemoryModel, by_field, default_of, parse_settings
 from laya_robustness.run.judged import JudgedTally
@@ -35,6 +37,7 @@ from laya_robustness.run.scope import Scope
 from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITIONS
 from laya_robustness.run.scoring.journal import JOURNAL_DIR
 from laya_robustness.scoring.in_memory import device_mismatch, processor_mismatch, unwrapped
+from laya_robustness.scoring.sharded import whole_weights
 
 #: ``progress(label, done, total)``: told the rows scored of each cell (``label``: family/dataset (device)).
 ProgressCallback = Callable[[str, int, int], None]
@@ -177,6 +180,9 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
         given.setdefault("dual_model", "none")
         given.setdefault("limitations", "none")
     root = Path(root) if root is not None else Path.cwd()
+    ranks = world() if executor == "distributed" else None
+    if ranks is not None and ranks[0] != 0:  # a rank scoring its share: rank 0 writes the reports
+        report_dir = None
     scratch = None if report_dir is not None else Path(tempfile.mkdtemp(prefix="laya-run-"))
     given["report_dir"] = report_dir if report_dir is not None else scratch
     values = given_options(given)
@@ -190,7 +196,7 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
         _remove(scratch)
         raise UsageError("executor: a model loaded in memory is scored in this process: executor='local'")
     try:
-        result = judge_run(run, invariance, write=report_dir is not None)
+        result = _judged(run, invariance, report_dir is not None, model if in_memory else None, ranks is not None)
     except UsageError as exc:
         _remove(scratch)
         raise exc.for_arguments() from None
@@ -206,6 +212,21 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
         run.close()
     _remove(scratch)
     return result
+
+
+def _judged(run: GateRun, invariance: bool, write: bool, model: Any, ranks: bool) -> GateResult:
+    """``judge_run`` with a model in memory whose weights FSDP2 shards made whole while it runs
+    (``scoring.sharded``), and with ``ranks`` (``--executor distributed``) the end of every rank's run met."""
+    error = None
+    try:
+        with whole_weights(model) if model is not None else contextlib.nullcontext():
+            return judge_run(run, invariance, write=write)
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        if ranks:
+            end_of_gate(error)
 
 
 def _journaled(journal: Path) -> bool:

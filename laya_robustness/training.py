@@ -8,8 +8,10 @@ are read and their variants built once, at the first evaluation, and reused at e
 ``robustness/<family>/<dataset>/<metric>`` for each headline number (accuracy, delta and flip rate; each extension
 family's own, such as ASR) and ``robustness/failed_checks``, writes the evaluation's reports to
 ``<report_dir>/checkpoint-<global step>/`` (the Trainer's own naming), and with ``stop_on_fail`` stops training
-when a check fails, naming it. Under distributed training only the main process scores (the others wait at their
-next collective); the stop decision is broadcast so every rank stops together.
+when a check fails, naming it. Under distributed training (a ``torch.distributed`` world of more than one rank)
+every rank gates: each scores its share of the evaluation's chunks (``run.executors.distributed``; an FSDP2 model
+made whole while it is scored, ``scoring.sharded``), every rank gets every record, and the main process alone
+writes and logs; its stop decision is broadcast so every rank stops together.
 
 It never kills the training it watches: its inputs are checked before the first step (the rows and limits and the
 report folder when it is made; the processor, whether it belongs to the model and whether the Trainer will call it
@@ -29,7 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import sys
+import tempfile
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any
@@ -38,10 +42,12 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from laya_robustness.api import GateResult, check_processor, given_options, judge_run
 from laya_robustness.run.errors import HarnessError, UsageError
+from laya_robustness.run.executors.distributed import end_of_gate, world
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
 from laya_robustness.run.inputs.run_inputs import RunInputs
+from laya_robustness.scoring.sharded import sharded_by, whole_weights
 from laya_robustness.summary import headlines
 
 logger = logging.getLogger(__name__)
@@ -136,6 +142,7 @@ class RobustnessCallback(TrainerCallback):
         _require_processor(processor)
         if model is not None:
             check_processor(model, processor)
+            _check_sharding(model)
 
     # -- events ------------------------------------------------------------------------------------------
 
@@ -158,7 +165,7 @@ class RobustnessCallback(TrainerCallback):
 
     def _gate(self, args, state, control, model, processing_class) -> None:
         failed: list[str] = []
-        if state.is_world_process_zero:
+        if world() is not None or state.is_world_process_zero:
             failed = self._gate_here(state, model, self.processor or processing_class)
         if self.stop_on_fail and _agreed(bool(failed)):
             control.should_training_stop = True
@@ -169,6 +176,12 @@ class RobustnessCallback(TrainerCallback):
         """Gate the model on this process: what failed (a check, nothing judged, or the gate itself breaking: logged,
         noted in the checkpoint's folder; training goes on)."""
         step = state.global_step
+        if not _main():  # a rank scoring its share: the main process says what was found
+            try:
+                self.gate(model, processor, step)
+            except Exception as exc:  # noqa: BLE001  (the main process names it, and training goes on)
+                logger.debug("robustness gate at step %d, this rank: %s", step, exc)
+            return []
         try:
             result = self.gate(model, processor, step)
         except Exception as exc:  # noqa: BLE001  (the gate never kills the training it watches)
@@ -197,18 +210,36 @@ class RobustnessCallback(TrainerCallback):
             logger.error("robustness gate: cannot write %s: %s", folder / INCOMPLETE_NOTE, exc)
 
     def gate(self, model, processor, step: int) -> GateResult:
-        """The gate's result on ``model`` (with ``processor``) as it stands, its reports in ``checkpoint-<step>/``."""
+        """The gate's result on ``model`` (with ``processor``) as it stands, its reports in ``checkpoint-<step>/``.
+        Under ``torch.distributed`` every rank calls it together: each scores its share, and only the main process
+        writes (the others' runs keep their journal in a folder of their own, removed after)."""
         _require_processor(processor)
-        device = str(next(model.parameters()).device)
-        in_memory = InMemoryModel(model, processor)
-        settings = dataclasses.replace(self.settings, report_dir=self.settings.report_dir / f"checkpoint-{step}",
-                                       device=device, model_name=in_memory.name, model=None, in_memory=in_memory)
-        run = GateRun(settings, root=self.root, inputs=self._inputs, variants=self._variants)
-        self._inputs = run.inputs
+        _check_sharding(model)
+        ranks, error = world(), None
+        main = _main()
+        scratch = None if main else Path(tempfile.mkdtemp(prefix="laya-rank-"))
         try:
-            result = judge_run(run, self.invariance, write=True)
+            with whole_weights(model):
+                device = str(next(model.parameters()).device)
+                in_memory = InMemoryModel(model, processor)
+                settings = dataclasses.replace(
+                    self.settings, report_dir=scratch or self.settings.report_dir / f"checkpoint-{step}",
+                    device=device, model_name=in_memory.name, model=None, in_memory=in_memory,
+                    executor="distributed" if ranks is not None else self.settings.executor)
+                run = GateRun(settings, root=self.root, inputs=self._inputs, variants=self._variants)
+                self._inputs = run.inputs
+                try:
+                    result = judge_run(run, self.invariance, write=main)
+                finally:
+                    run.close()
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
-            run.close()
+            if ranks is not None:
+                end_of_gate(error)
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
         self.results[step] = result
         return result
 
@@ -324,6 +355,20 @@ def _calling_trainer(callback) -> Any:
             return candidate
         frame = frame.f_back
     return None
+
+
+def _main() -> bool:
+    """Whether this process is the main one (rank 0 of a ``torch.distributed`` world, or no world)."""
+    ranks = world()
+    return ranks is None or ranks[0] == 0
+
+
+def _check_sharding(model) -> None:
+    """``UsageError`` naming ``model`` for a model the gate cannot make whole while it scores (FSDP1)."""
+    if sharded_by(model) == "fsdp1":
+        raise UsageError("model: it is wrapped in FSDP1's FullyShardedDataParallel, whose units all-gather inside "
+                         "each forward, so the ranks cannot score different rows", hint="shard it with FSDP2's "
+                         "fully_shard (the Trainer: fsdp_config={'fsdp_version': 2}), or use DDP").for_arguments()
 
 
 def _agreed(stop: bool) -> bool:

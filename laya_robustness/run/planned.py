@@ -108,10 +108,12 @@ class PlannedCells:
     def stream(self, device: str, source: str, executor):
         """The stream of the ``source`` cells planned on ``device`` and not scored yet (``Executor.stream``; the
         chunk ``executor`` lets their images go): None where the run's executor does not stream (it scores its
-        cells one after another), or where the run keeps its rows for a later run (a model gated as it trains)."""
+        cells one after another), or where it builds the variants and the run keeps its rows for a later run (a
+        model gated as it trains)."""
         run = self.run
-        if (device, source) not in self.streams and run.variants is None:
-            runs_on, stream = run.models.run_executor, None
+        runs_on = run.models.run_executor
+        if (device, source) not in self.streams and (run.variants is None or not runs_on.builds_variants):
+            stream = None
             if runs_on.streams:
                 keys = [c for c in self.planned if c[2] == device and run.source_of(c[0], c[1]) == source
                         and not run.is_scored(*c)]
@@ -120,16 +122,17 @@ class PlannedCells:
         return self.streams.get((device, source))
 
     def _cell_plan(self, key: tuple[str, str, str], executor) -> CellPlan:
-        """How the stream gets cell ``key``'s rows: built on the actors (a pixel family), else built here."""
+        """How the stream gets cell ``key``'s rows: built where they are scored (a pixel family, where the executor
+        ``builds_variants``: on the actors), else built here (or kept from an earlier run: ``rows``)."""
         run, (family, dataset, device) = self.run, key
         journal = self.journal(device, run.source_of(family, dataset))
         source, seed, s = self.source_rows(family, dataset), run.settings.seed, run.settings
         plan = CellPlan(key, lambda: self.work([], journal, executor, complete=False), self.chunks,
                         chunk_rows=consecutive_chunk_rows(s.scoring_path, s.batch_size))
-        if family != ORIG and builds_on_executor(family):
+        if family != ORIG and run.models.run_executor.builds_variants and builds_on_executor(family):
             plan.build, plan.adopt = (family, source, seed), lambda rows: adopt(rows, source, run.inputs.images)
         else:
-            plan.rows = family_variants(family, source, seed, run.inputs.images)
+            plan.rows = self.rows(family, dataset)
         return plan
 
     def close(self) -> None:

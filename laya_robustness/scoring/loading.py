@@ -44,14 +44,17 @@ TENSORS = "tensors"
 
 
 def tensor_line(tensor) -> str:
-    """One tensor as the weights' digest counts it: ``<dtype> <shape> <sha256 of its bytes>`` (the bytes read in
-    place, one tensor at a time; a tensor on a device is copied to the CPU alone)."""
+    """One tensor as the weights' digest counts it: ``<dtype> <shape> <sha256 of its bytes>`` (one tensor at a time;
+    a tensor on a device is copied to the CPU alone). A tensor whose storage can grow is read from a copy: numpy's
+    view of a storage leaves it unable to grow for good, and FSDP2 frees and refills the storage of the weights it
+    gathers."""
     import torch
 
     tensor = tensor.detach()
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
-    raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8)
+    raw = (raw.clone() if raw.untyped_storage().resizable() else raw).numpy()
     return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)} {hashlib.sha256(raw).hexdigest()}"
 
 
@@ -100,8 +103,10 @@ def model_weight_hashes(model) -> dict[str, str]:
     copied (a tensor on a device comes to the CPU one at a time). A model carrying peft adapters (``peft_config``:
     LoRA and the other adapter kinds, whose tensors peft names ``...<kind>_A.<adapter>.weight``) adds ``base``,
     the digest of the other tensors (its base checkpoint's ``tensors`` while the base is frozen), and ``adapter``,
-    the digest of the adapters' own."""
-    state = model.state_dict()
+    the digest of the adapters' own. A model sharded by FSDP2 is read module by module (its ``state_dict`` would put
+    the shards back in place), a tensor still sharded over the ranks (a DTensor) gathered whole first (a collective:
+    every rank hashes together), so a sharded model has its saved checkpoint's identity."""
+    state = {key: _whole(t) for key, t in _state(model).items()}
     hashes = {TENSORS: tensor_digest(state.values())}
     names = set(getattr(model, "peft_config", None) or ())
     if names:
@@ -109,6 +114,27 @@ def model_weight_hashes(model) -> dict[str, str]:
         hashes["base"] = tensor_digest(t for key, t in state.items() if key not in own)
         hashes["adapter"] = tensor_digest(state[key] for key in own)
     return hashes
+
+
+def _state(model) -> dict:
+    """``model.state_dict()``; for a model sharded by FSDP2, the same tensors as its modules hold them now (their
+    parameters and persistent buffers)."""
+    from laya_robustness.scoring.sharded import fsdp2_modules
+
+    if not fsdp2_modules(model):
+        return model.state_dict()
+    out = {}
+    for prefix, module in model.named_modules():
+        for name, tensor in [*module._parameters.items(), *module._buffers.items()]:
+            if tensor is not None and name not in module._non_persistent_buffers_set:
+                out[f"{prefix}.{name}" if prefix else name] = tensor
+    return out
+
+
+def _whole(tensor):
+    """``tensor`` whole: a DTensor's full tensor (gathered from every rank), any other tensor as it is."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
 
 
 def hub_offline() -> bool:

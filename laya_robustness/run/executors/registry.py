@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from laya_robustness.run.errors import UsageError
+from laya_robustness.run.executors.distributed import DistributedExecutor, check_distributed
 from laya_robustness.run.executors.local import LocalExecutor
 from laya_robustness.run.executors.ray_executor import RAY_OPTIONS, RayExecutor, check_ray
 
@@ -61,3 +62,4 @@ def make_executor(name: str, run_scorers) -> Executor:
 
 register_executor("local", LocalExecutor)
 register_executor("ray", RayExecutor, options=RAY_OPTIONS, check=check_ray)
+register_executor("distributed", DistributedExecutor, check=check_distributed)

@@ -372,8 +372,10 @@ OPTIONS = (
            parse_max_image_pixels),
     Option("--max-image-side", "1024", "longest image side: larger images are scaled down to it when read (bicubic, "
            "aspect kept), as the stability study does; 0 keeps every size", _int(0)),
-    Option("--executor", "local", "where rows are scored: local (this process, or each xdist worker) or ray (a pool "
-           f"of Ray actors, each loading the model once; needs the cluster extra: {INSTALL_HINT})",
+    Option("--executor", "local", "where rows are scored: local (this process, or each xdist worker), ray (a pool "
+           f"of Ray actors, each loading the model once; needs the cluster extra: {INSTALL_HINT}) or distributed "
+           "(every rank of an initialised torch.distributed world, each its share: what the training callback uses "
+           "under torchrun)",
            parse_executor),
     Option("--ray-address", "local", "the Ray cluster of --executor ray: local (started on this machine for the run), "
            "auto (the cluster this machine belongs to, or RAY_ADDRESS), the head's host:port, or ray://host:port",

@@ -1,0 +1,136 @@
+"""``RobustnessCallback`` under a real ``torchrun`` world of 2 CPU processes (gloo; ``tests/torchrun_gate.py``): a
+Trainer's DDP, and a model sharded with FSDP2's ``fully_shard``. Every rank scores a share of each evaluation's rows
+(together, every row once), every rank is told the verdict, no rank waits forever, and the records and the weights'
+identity equal those of the saved model gated in one process. Also the ``--executor distributed`` rules, and the
+chunk share."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from laya_robustness import run_gate
+from laya_robustness.run.errors import UsageError
+from laya_robustness.run.executors.distributed import share
+from laya_robustness.training import RobustnessCallback
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "tests" / "torchrun_gate.py"
+GATE = {"families": ["option_order", "text"], "rows_per_set": 6}
+#: Seconds a world may take before the test says it hung (a run takes about 10 s here).
+WORLD_TIMEOUT = 300
+
+
+def _torchrun(setup: str, out: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(PROGRAM), setup, str(out)]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=WORLD_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the {setup} world did not end in {WORLD_TIMEOUT} s (a rank waiting forever?): {exc.stderr}")
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def _predictions(folder: Path) -> list[str]:
+    with gzip.open(folder / "predictions.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return fh.read().splitlines()
+
+
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def world(request, tmp_path_factory):
+    """(setup, its folder, each rank's account) of one torchrun world, and the saved model gated in one process."""
+    out = tmp_path_factory.mktemp(request.param)
+    _torchrun(request.param, out)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    model = AutoModelForImageTextToText.from_pretrained(out / "saved", attn_implementation="eager")
+    processor = AutoProcessor.from_pretrained(out / "saved")
+    alone = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", report_dir=out / "alone", root=ROOT, **GATE)
+    alone.gate(model, processor, 4)
+    return request.param, out, ranks, out / "alone" / "checkpoint-4"
+
+
+def test_every_rank_scores_a_share_and_together_every_row_once(world):
+    _, out, ranks, _ = world
+    records = sum(len(_predictions(out / "robustness" / f"checkpoint-{step}")) for step in (2, 4))
+    assert all(r["scored_rows"] > 0 for r in ranks)
+    assert sum(r["scored_rows"] for r in ranks) == records
+    assert max(r["scored_rows"] for r in ranks) <= 0.6 * records  # shared out, not all on one rank
+
+
+def test_every_rank_is_told_the_verdict_and_only_the_main_one_writes(world):
+    _, out, ranks, _ = world
+    assert ranks[0]["gated"] == ranks[1]["gated"] and sorted(ranks[0]["gated"]) == ["2", "4"]
+    assert ranks[0]["errors"] == ranks[1]["errors"] == {}
+    assert sorted(p.name for p in (out / "robustness").iterdir()) == ["checkpoint-2", "checkpoint-4"]
+
+
+def test_the_records_and_identity_are_the_saved_models_in_one_process(world):
+    setup, out, ranks, alone = world
+    assert _predictions(out / "robustness" / "checkpoint-4") == _predictions(alone)
+    saved = json.loads((alone / "summary.json").read_text())["meta"]["model"]["weights_sha256"]
+    assert ranks[0]["weights"]["4"] == ranks[1]["weights"]["4"] == saved
+    assert ranks[0]["weights"]["2"] != saved  # the model trained between the evaluations
+
+
+def test_the_chunks_are_shared_largest_first_to_the_least_loaded_rank():
+    assert share([256, 40, 256, 8, 100], 2) == [0, 1, 1, 1, 0]
+    assert share([10] * 5, 3) == [0, 1, 2, 0, 1]
+    assert share([], 2) == []
+    loads = [0, 0, 0]
+    sizes = [256, 256, 256, 17, 3, 200, 90]
+    for size, rank in zip(sizes, share(sizes, 3)):
+        loads[rank] += size
+    assert max(loads) - min(loads) <= max(sizes)
+
+
+def test_the_distributed_executor_without_a_process_group_is_a_usage_error_naming_it():
+    with pytest.raises(UsageError, match="^executor distributed: no torch.distributed process group"):
+        run_gate(executor="distributed", families=["option_order"], rows_per_set=2, invariance=False)
+
+
+@pytest.fixture
+def one_rank_world():
+    """A ``torch.distributed`` world of this process alone (gloo on 127.0.0.1), ended after the test."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_an_fsdp1_model_is_refused_naming_the_model(one_rank_world):
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    model = AutoModelForImageTextToText.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm")
+    processor = AutoProcessor.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm")
+    wrapped = FullyShardedDataParallel(model, device_id=torch.device("cpu"))
+    callback = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", root=ROOT, **GATE)
+    with pytest.raises(UsageError, match="(?s)model: it is wrapped in FSDP1's FullyShardedDataParallel.*fully_shard"):
+        callback.check_trainer(None, wrapped, processor)
+
+
+def test_a_world_of_one_rank_gates_as_one_process(one_rank_world, tmp_path):
+    """``--executor distributed`` in a world of one: every chunk is this rank's, the records a local run's."""
+    model = AutoModelForImageTextToText.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm",
+                                                        attn_implementation="eager")
+    processor = AutoProcessor.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm")
+    runs = {name: run_gate(model, processor=processor, data=ROOT / "laya_fixtures" / "rows", root=ROOT,
+                           executor=name, invariance=False, report_dir=tmp_path / name, **GATE)
+            for name in ("local", "distributed")}
+    assert _predictions(tmp_path / "distributed") == _predictions(tmp_path / "local")
+    assert runs["distributed"].summary == runs["local"].summary
