@@ -1,6 +1,7 @@
 """``RobustnessCallback`` in a real ``transformers.Trainer``: the embedded tiny SmolVLM fine-tuned for a few steps with
-``report_to=["tensorboard", "mlflow"]``, the robustness metrics read back at every evaluation with TensorBoard's own
-reader and with ``MlflowClient`` from MLflow's local file store,
+``report_to=["tensorboard", "mlflow", "wandb"]``, the robustness metrics read back at every evaluation with TensorBoard's
+own reader, with ``MlflowClient`` from MLflow's local file store and with W&B's own datastore reader from the
+offline run's file,
 the last ones equal to the gate on the model saved and loaded back; ``trend`` over the callback's folders, its
 paired changes recomputed here from the records; what the Trainer prints, one short line per evaluation."""
 
@@ -17,6 +18,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
+pytest.importorskip("wandb.sdk.internal.datastore", reason="W&B's reader of an offline run's file (wandb < 0.30)")
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainingArguments  # noqa: E402
@@ -39,6 +41,7 @@ MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm"
 GATE = {"families": ["option_order", "text"], "rows_per_set": 6}
 STEPS, EVAL_EVERY = 6, 2
 MLFLOW_EXPERIMENT = "robustness-gate"
+WANDB_PROJECT = "robustness-gate"
 #: What every evaluation logs, as each tracker is checked for.
 LOGGED = ("robustness/option_order/colour_choice/flip", "robustness/text/count_choice/acc",
           "robustness/orig/exists_yesno/acc", "robustness/failed_checks")
@@ -77,6 +80,11 @@ def trained(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setenv("MLFLOW_TRACKING_URI", (out / "mlruns").as_uri())  # MLflow's local file store,
     monkeypatch_module.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # which MLflow 3.18 refuses unless allowed
     monkeypatch_module.setenv("MLFLOW_EXPERIMENT_NAME", MLFLOW_EXPERIMENT)
+    monkeypatch_module.setenv("WANDB_MODE", "offline")  # W&B's run file on disk, nothing sent anywhere
+    monkeypatch_module.setenv("WANDB_DIR", str(out / "wandb"))
+    monkeypatch_module.setenv("WANDB_PROJECT", WANDB_PROJECT)
+    monkeypatch_module.setenv("WANDB_SILENT", "true")
+    (out / "wandb").mkdir()
     # eager attention, the gate's default: a row's scores do not depend on its batch (sdpa moves them by ~1e-6)
     model = AutoModelForImageTextToText.from_pretrained(MODEL, attn_implementation="eager")
     processor = AutoProcessor.from_pretrained(MODEL)
@@ -86,7 +94,7 @@ def trained(tmp_path_factory, monkeypatch_module):
     train = AnswerDataset(processor, rows_per_set=16, seed=1)
     args = TrainingArguments(str(out / "run"), max_steps=STEPS, eval_strategy="steps", eval_steps=EVAL_EVERY,
                              per_device_train_batch_size=8, per_device_eval_batch_size=8, learning_rate=5e-3,
-                             logging_steps=1, report_to=["tensorboard", "mlflow"], save_strategy="no", use_cpu=True, seed=0,
+                             logging_steps=1, report_to=["tensorboard", "mlflow", "wandb"], save_strategy="no", use_cpu=True, seed=0,
                              dataloader_num_workers=0, disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=AnswerDataset(processor, rows_per_set=2,
                                                                                            seed=2),
@@ -94,6 +102,9 @@ def trained(tmp_path_factory, monkeypatch_module):
     started, printed = time.perf_counter(), io.StringIO()
     with contextlib.redirect_stdout(printed):
         trainer.train()
+    import wandb
+
+    wandb.finish()  # the Trainer leaves its W&B run open: closing it writes the run's file to its end
     clock.total, clock.console = time.perf_counter() - started, printed.getvalue()
     return out, callback, trainer, clock
 
@@ -143,6 +154,37 @@ def test_mlflow_holds_the_robustness_metrics_at_every_evaluation(trained):
     for step in steps:  # the very numbers of each evaluation's reports
         summary = json.loads((out / "robustness" / f"checkpoint-{step}" / "summary.json").read_text())
         assert flips[step] == pytest.approx(summary["families"]["option_order"]["colour_choice"]["flip"], abs=1e-12)
+
+
+def _wandb_history(folder: Path) -> list[dict]:
+    """Every history row of the offline W&B run under ``folder``, read with W&B's own datastore reader and record
+    type (``wandb.sdk.internal.datastore``, ``wandb_internal_pb2.Record``)."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal.datastore import DataStore
+
+    (path,) = folder.rglob("run-*.wandb")
+    store, rows = DataStore(), []
+    store.open_for_scan(str(path))
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                         for item in record.history.item})
+    return rows
+
+
+def test_wandb_holds_the_robustness_metrics_at_every_evaluation(trained):
+    """Read back from the offline run's file the Trainer's W&B integration wrote (it files them under ``train/``)."""
+    out, _, _, _ = trained
+    rows = [row for row in _wandb_history(out / "wandb") if f"train/{LOGGED[-1]}" in row]
+    steps = list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
+    assert [row["train/global_step"] for row in rows] == steps
+    for row, step in zip(rows, steps):
+        assert all(f"train/{key}" in row for key in LOGGED), sorted(row)
+        summary = json.loads((out / "robustness" / f"checkpoint-{step}" / "summary.json").read_text())
+        assert row[f"train/{LOGGED[0]}"] == pytest.approx(summary["families"]["option_order"]["colour_choice"]["flip"],
+                                                          abs=1e-12)
 
 
 def test_the_last_logged_numbers_are_the_gates_on_the_saved_model(trained, tmp_path, monkeypatch):
