@@ -8,7 +8,8 @@ are read and their variants built once, at the first evaluation, and reused at e
 ``robustness/<family>/<dataset>/<metric>`` for each headline number (accuracy, delta and flip rate; each extension
 family's own, such as ASR) and ``robustness/failed_checks``, writes the evaluation's reports to
 ``<report_dir>/checkpoint-<global step>/`` (the Trainer's own naming), and with ``stop_on_fail`` stops training
-when a check fails, naming it. Under distributed training (a ``torch.distributed`` world of more than one rank)
+when a check fails, naming it (or when a failure is confirmed at the next evaluation, or only on a regression
+against a baseline: ``stopping``). Under distributed training (a ``torch.distributed`` world of more than one rank)
 every rank gates: each scores its share of the evaluation's chunks (``run.executors.distributed``; an FSDP2 model
 made whole while it is scored, ``scoring.sharded``), every rank gets every record, and the main process alone
 writes and logs; its stop decision is broadcast so every rank stops together.
@@ -48,6 +49,7 @@ from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
 from laya_robustness.run.inputs.run_inputs import RunInputs
 from laya_robustness.scoring.sharded import sharded_by, whole_weights
+from laya_robustness.stopping import GATE_BROKE, NOTHING_JUDGED, check_policy, decide, failed_key
 from laya_robustness.summary import headlines
 
 logger = logging.getLogger(__name__)
@@ -100,8 +102,9 @@ class RobustnessCallback(TrainerCallback):
     ``data`` (required: your validation rows), ``families``, ``rows_per_set``, ``seed``, ``thresholds`` and any
     other option (as ``run_gate`` takes them, e.g. ``batch_size=8``) are checked now: a bad one raises
     ``UsageError`` naming it, as are rows or limits that cannot be read and a ``report_dir`` that cannot be written.
-    ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it); ``short_console``: show an
-    evaluation's numbers on the console as one line (off: the Trainer's printer shows the whole dict);
+    ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it); ``stop_on_fail``: when to stop
+    training (``laya_robustness.stopping``: False, True or "failure", "confirmed", "regression"); ``short_console``:
+    show an evaluation's numbers on the console as one line (off: the Trainer's printer shows the whole dict);
     ``invariance``: also run the invariance conditions (off: they test the scorer's numerics, not what training
     changes); ``processor``: the model's processor when the Trainer's ``processing_class`` is not it; ``trainer``:
     the Trainer to log through (found by itself when left out: the Trainer that calls the callback).
@@ -109,7 +112,7 @@ class RobustnessCallback(TrainerCallback):
 
     def __init__(self, data: str | Path, *, families=None, rows_per_set: int | None = None, seed: int | None = None,
                  thresholds: str | Path | None = None, report_dir: str | Path = "robustness", every: str = "evaluate",
-                 stop_on_fail: bool = False, invariance: bool = False, processor: Any = None, trainer: Any = None,
+                 stop_on_fail: bool | str = False, invariance: bool = False, processor: Any = None, trainer: Any = None,
                  root: str | Path | None = None, short_console: bool = True, **options: Any):
         if every not in EVERY:
             raise UsageError(f"every: {every!r} is not one of {', '.join(EVERY)}")
@@ -122,7 +125,9 @@ class RobustnessCallback(TrainerCallback):
             self.settings = parse_settings(values, root=self.root, model_given=False)
         except UsageError as exc:
             raise exc.for_arguments() from None
-        self.every, self.stop_on_fail, self.invariance = every, stop_on_fail, invariance
+        self.every, self.invariance = every, invariance
+        self.stop_on_fail = check_policy(stop_on_fail, self.settings.baseline)
+        self._failed_before: set[str] = set()  # what failed at the last evaluation (stop_on_fail="confirmed")
         self.processor, self.trainer, self.short_console = processor, trainer, short_console
         self._inputs = _read_inputs(self.settings)  # the rows and limits, read now: their errors are usage errors
         _check_writable(self.settings.report_dir)
@@ -167,14 +172,17 @@ class RobustnessCallback(TrainerCallback):
         failed: list[str] = []
         if world() is not None or state.is_world_process_zero:
             failed = self._gate_here(state, model, self.processor or processing_class)
-        if self.stop_on_fail and _agreed(bool(failed)):
+        stop = decide(self.stop_on_fail, failed, self._failed_before)
+        self._failed_before = set(failed)
+        if self.stop_on_fail and _agreed(stop):
             control.should_training_stop = True
-            if failed:
-                logger.warning("robustness gate: training stopped at step %d (stop_on_fail)", state.global_step)
+            if _main():
+                logger.warning("robustness gate: training stopped at step %d (stop_on_fail=%r)", state.global_step,
+                               self.stop_on_fail)
 
     def _gate_here(self, state, model, processor) -> list[str]:
-        """Gate the model on this process: what failed (a check, nothing judged, or the gate itself breaking: logged,
-        noted in the checkpoint's folder; training goes on)."""
+        """Gate the model on this process: what failed (``stopping.failed_key`` of each failed check,
+        ``NOTHING_JUDGED``, or ``GATE_BROKE``: logged, noted in the checkpoint's folder; training goes on)."""
         step = state.global_step
         if not _main():  # a rank scoring its share: the main process says what was found
             try:
@@ -190,14 +198,12 @@ class RobustnessCallback(TrainerCallback):
                          exc_info=not isinstance(exc, (HarnessError, UsageError)))
             self._note_incomplete(step, self.errors[step])
             self._log(state, {f"{PREFIX}/harness_errors": 1.0})
-            return [f"the gate itself ({self.errors[step]})"]
+            return [GATE_BROKE]
         self._log(state, logged_metrics(result))
-        failed = [f"{f.family}/{f.dataset} {f.check}" for f in result.failures]
-        if result.nothing_judged:
-            failed.append(result.nothing_judged)
-        if failed:
-            logger.warning("%s", _failed_line(step, failed))
-        return failed
+        failed = [failed_key(f.family, f.dataset, f.check) for f in result.failures]
+        if failed or result.nothing_judged:
+            logger.warning("%s", _failed_line(step, failed + [result.nothing_judged] * bool(result.nothing_judged)))
+        return failed + [NOTHING_JUDGED] * bool(result.nothing_judged)
 
     def _note_incomplete(self, step: int, why: str) -> None:
         """``checkpoint-<step>/incomplete.txt``: why this evaluation's gate did not finish (a failure to write it is

@@ -98,7 +98,8 @@ def main(setup: str, out: Path) -> None:
                                   stop_on_fail=False, **GATE)
     {"ddp": trainer_ddp, "fsdp": loop_fsdp}[setup](out, callback, model, processor)
     told = {step: [f.check for f in result.failures] for step, result in callback.results.items()}
-    identity = {step: result.summary["meta"]["model"].get("weights_sha256") for step, result in callback.results.items()}
+    identity = {step: result.summary["meta"]["model"].get("weights_sha256")
+                for step, result in callback.results.items()}
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "scored_rows": scored_rows[0], "gated": told,
                                                       "errors": callback.errors, "weights": identity}))
     dist.barrier()

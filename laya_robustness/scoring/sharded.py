@@ -17,7 +17,8 @@ from typing import Iterator
 
 
 def fsdp2_modules(model) -> list:
-    """The modules of ``model`` that FSDP2's ``fully_shard`` sharded, in module order (none without torch.distributed)."""
+    """The modules of ``model`` that FSDP2's ``fully_shard`` sharded, in module order (none without
+    torch.distributed)."""
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:
