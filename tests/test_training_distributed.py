@@ -79,6 +79,21 @@ def test_the_records_and_identity_are_the_saved_models_in_one_process(world):
     assert ranks[0]["weights"]["2"] != saved  # the model trained between the evaluations
 
 
+@pytest.mark.parametrize("where", ["scoring", "early"])
+def test_a_rank_whose_gate_breaks_is_named_on_the_main_one_and_no_rank_waits(tmp_path, where):
+    """Rank 1's gate breaks at the first evaluation, in its share of the scoring or before it shares anything: the
+    world ends (no rank waits forever), rank 0 notes the evaluation as not finished naming rank 1, and the next
+    evaluation is gated whole on both."""
+    _torchrun(f"broken-{where}", tmp_path)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert list(ranks[0]["errors"]) == ["1"] and "rank 1:" in ranks[0]["errors"]["1"]
+    assert "injected" in ranks[0]["errors"]["1"]
+    note = (tmp_path / "robustness" / "checkpoint-1" / "incomplete.txt").read_text()
+    assert "rank 1:" in note
+    assert sorted(ranks[0]["gated"]) == sorted(ranks[1]["gated"]) == ["2"]
+    assert _predictions(tmp_path / "robustness" / "checkpoint-2")
+
+
 def test_the_chunks_are_shared_largest_first_to_the_least_loaded_rank():
     assert share([256, 40, 256, 8, 100], 2) == [0, 1, 1, 1, 0]
     assert share([10] * 5, 3) == [0, 1, 2, 0, 1]

@@ -6,6 +6,8 @@
 steps; rank 0 saves the trained model to ``<out>/saved``. ``fsdp``: the model sharded with FSDP2's ``fully_shard``
 (each decoder layer, then the whole), trained by a plain loop that calls the callback's ``on_evaluate`` on every rank
 every 2 steps as a Trainer would; rank 0 saves the full state dict (gathered) as a checkpoint in ``<out>/saved``.
+``broken-scoring`` / ``broken-early``: two evaluations of the whole model, rank 1's gate breaking at the first (in its
+share of the scoring, or before it shares anything).
 
 Each rank writes ``<out>/rank<r>.json``: the steps it gated, the rows its scorer scored (counted by wrapping
 ``Scoring.records``), the verdict it was told (``stop_on_fail``'s broadcast decision), and the weights' identity.
@@ -89,6 +91,30 @@ def loop_fsdp(out: Path, callback, model, processor) -> None:
         processor.save_pretrained(out / "saved")
 
 
+def loop_broken(out: Path, callback, model, processor, where: str) -> None:
+    """Rank 1's gate breaks (``where``: in its share of the scoring, or before it shares anything) at the first of
+    two evaluations; the second is whole."""
+    from laya_robustness.run.executors import distributed
+
+    if dist.get_rank() == 1:
+        if where == "scoring":
+            def broken(self, rows):
+                raise RuntimeError("injected on rank 1")
+            chunks.Scoring.records = broken
+        else:
+            def broken(self, keys):
+                raise RuntimeError("injected before rank 1 shared its chunks")
+            distributed.SharedCells._score = broken
+    state, control = TrainerState(is_world_process_zero=dist.get_rank() == 0), TrainerControl()
+    for step in (1, 2):
+        state.global_step = step
+        callback.on_evaluate(None, state, control, model=model, processing_class=processor)
+        chunks.Scoring.records, distributed.SharedCells._score = _counted, _score  # the second one whole
+
+
+_score = __import__("laya_robustness.run.executors.distributed", fromlist=["SharedCells"]).SharedCells._score
+
+
 def main(setup: str, out: Path) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -96,7 +122,10 @@ def main(setup: str, out: Path) -> None:
     processor = AutoProcessor.from_pretrained(MODEL)
     callback = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", report_dir=out / "robustness", root=ROOT,
                                   stop_on_fail=False, **GATE)
-    {"ddp": trainer_ddp, "fsdp": loop_fsdp}[setup](out, callback, model, processor)
+    if setup.startswith("broken-"):
+        loop_broken(out, callback, model, processor, setup.removeprefix("broken-"))
+    else:
+        {"ddp": trainer_ddp, "fsdp": loop_fsdp}[setup](out, callback, model, processor)
     told = {step: [f.check for f in result.failures] for step, result in callback.results.items()}
     identity = {step: result.summary["meta"]["model"].get("weights_sha256")
                 for step, result in callback.results.items()}
