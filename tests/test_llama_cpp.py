@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from served_parts import GGUF, ROOT, AnswerLogprobs, LlamaServer, llama_server_binary
+from served_parts import GGUF, ROOT, AnswerLogprobs, LlamaServer, llama_server_binary, running
 
 #: Rows per dataset of the agreement tests (200 rows: the five fixture sets).
 AGREEMENT_ROWS = 40
@@ -33,13 +33,9 @@ MIN_SAME_PROMPT_AGREEMENT, MAX_SAME_PROMPT_DP = 0.99, 0.01
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
-    binary = llama_server_binary()
-    if binary is None:
-        pytest.skip("llama-server is not built: `bash scripts/build_llama_server.sh` builds it into the virtualenv "
-                    "(about 7 minutes on 2 cores; .ci/run does)")
-    server = LlamaServer(tmp_path_factory.mktemp("llama-server"), binary).start()
-    yield server
-    server.stop()
+    yield from running(lambda binary: LlamaServer(tmp_path_factory.mktemp("llama-server"), binary),
+                       llama_server_binary(), "llama-server is not built: `bash scripts/build_llama_server.sh` builds "
+                       "it into the virtualenv (about 7 minutes on 2 cores; .ci/run does)")
 
 
 def test_the_gguf_files_are_made_again_byte_for_byte(tmp_path):
@@ -111,7 +107,7 @@ def test_the_gate_through_llama_cpp_computes_what_needs_probabilities(gate):
     result, reports = gate
     assert result.returncode in (0, 1), result.stdout[-4000:]
     assert (f"served model at {result.args[result.args.index('--endpoint') + 1]}" in result.stdout
-            and "option probabilities from the top_logprobs of the first answer token" in result.stdout)
+            and "scored: first answer token, top 20 (top_logprobs of the first answer token)" in result.stdout)
     with gzip.open(reports / "predictions.jsonl.gz", "rt") as fh:
         records = [json.loads(line) for line in fh]
     assert len(records) > 2000 and all(r["probs"] and len(r["probs"]) == len(r["logits"]) for r in records)

@@ -102,7 +102,7 @@ def test_families_a_chat_model_cannot_answer_and_conditions_a_server_cannot_run_
     skips = [line for line in result.stdout.splitlines() if line.startswith("SKIPPED")]
     assert any(LGIP_REASON in line and "lgip_paraphrase probes" in line for line in skips)  # the lgip family
     assert any(LGIP_REASON in line and "test_dual_invariance probes" in line for line in skips)
-    for reason in ("has no predict path", "prefix (KV) cache", "cast to bf16", "does not score options"):
+    for reason in ("has no predict path", "prefix (KV) cache", "cast to bf16", "no one-pass and per-option paths"):
         assert any(reason in line for line in skips), reason
     conditions = json.loads((reports / "invariance.json").read_text())["conditions"]
     assert set(conditions) == {"repeat_batch", "batched", "batched_reversed", "hostile"}
@@ -143,7 +143,7 @@ def test_a_killed_server_stops_the_run_and_resume_finishes_it_with_the_same_pred
     with FaultProxy(served_model.url) as counting:
         resumed = run_gate(*args, "--endpoint", counting.url, "--resume")
     assert resumed.returncode in (0, 1), resumed.stdout[-4000:]
-    asked = counting.requests - 2  # the model list and the capability probe
+    asked = counting.requests - 3  # the model list, the prompt-scoring probe and the capability probe
     total = len(records(reports))
     assert asked == total - len(journaled)  # only the rows the journal lacked were asked again
     assert (reports / "predictions.jsonl.gz").read_bytes() == (uninterrupted[2] / "predictions.jsonl.gz").read_bytes()
@@ -191,7 +191,7 @@ def test_probabilities_come_from_the_top_logprobs_a_server_returns(served_model,
     # the greedy answer's first token is the most probable one: the text and the logits name the same option
     assert all(a.choice == int(a.logits.argmax()) for a in answers), [(a.text, a.logits) for a in answers]
     assert result.returncode in (0, 1), result.stdout[-3000:]
-    assert "option probabilities from the top_logprobs of the first answer token" in result.stdout
+    assert "scored: first answer token, top 20 (top_logprobs of the first answer token)" in result.stdout
     summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
     cell = summary["families"]["option_order"]["colour_choice"]
     assert cell["ece"] is not None and "probabilities" not in cell

@@ -291,9 +291,10 @@ def render_html(report: Report, changes: Sequence[str] = ()) -> str:
     """The whole page as a string (see the module doc); ``changes``: the baseline comparison in words."""
     meta = report.summary.get("meta") or {}
     title = f"Robustness report: {model_name(report.summary)}"
+    scored = (meta.get("model") or {}).get("scored") if isinstance(meta.get("model"), Mapping) else None
     facts = " · ".join(str(x) for x in (
         f"device {meta.get('device', '?')}", f"seed {meta.get('seed', '?')}",
-        rows_text(meta), f"{len(meta.get('datasets') or {})} datasets") if x)
+        rows_text(meta), f"{len(meta.get('datasets') or {})} datasets", scored and f"scored: {scored}") if x)
     notes = "".join(f'<p class="note">{e(n)}</p>' for n in report.notes)
     covered, recorded = scope_line(report.summary), (report.summary.get("meta") or {}).get("scope") or {}
     scope = "" if covered is None else (f'<p class="scope {"complete" if recorded.get("complete") else "partial"}">'

@@ -210,7 +210,8 @@ class RunScorers:
         except HarnessError as exc:
             return f"{where}: {exc}"
         if scorer.probabilities:
-            return f"{where}: {scorer.model_id}, option probabilities from the top_logprobs of the first answer token"
+            identity = scorer.identity
+            return f"{where}: {scorer.model_id}, scored: {identity.get('scored')} ({identity.get('probabilities')})"
         return (f"{where}: {scorer.model_id}, generation-only (the server returns no top_logprobs): answers are "
                 "extracted from the text; ECE, flip floors and probability deltas are not available")
 

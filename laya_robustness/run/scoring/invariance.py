@@ -86,7 +86,8 @@ SERVED_UNSUPPORTED = {
     "prefix_cache_all": "a request cannot switch the server's prefix (KV) cache off",
     "bf16_weights": "the weights behind a server are not the harness's to cast to bf16",
     "predict_vs_batch": "a served model has one path (a chat request): no predict and batch paths to compare",
-    "one_pass_vs_per_option": "a served model generates its answer: it does not score options one by one",
+    "one_pass_vs_per_option": "a served model is scored one way (its answer's top_logprobs, or each option's own "
+                              "request): no one-pass and per-option paths to compare",
 }
 #: What stands in for the precision of a served model's conditions (the server's own is unknown).
 SERVED = "served"

@@ -1,6 +1,7 @@
 """A model behind an OpenAI-compatible endpoint, scored over HTTP: ``transport`` (requests to the endpoint, within
 bounds, retried, the API key kept to its origin and scrubbed from what the server sends), ``openai_chat`` (the chat
-completions protocol: a row's request, the ``top_logprobs`` probe, option logits) and ``scorer`` (``ServedScorer``:
+completions protocol: a row's request, the ``top_logprobs`` probe, option logits), ``prompt_logprobs`` (the exact
+option log-likelihoods of a server that scores prompts: vLLM) and ``scorer`` (``ServedScorer``:
 connects, chooses the model and its protocol, answers rows). A tunable is read from the module that defines it."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from laya_robustness.scoring.served.openai_chat import (
     kept_answer,
     option_logits,
 )
+from laya_robustness.scoring.served.prompt_logprobs import PromptLogprobs
 from laya_robustness.scoring.served.scorer import PROTOCOLS, ServedScorer
 from laya_robustness.scoring.served.transport import (
     MAX_REPLY_BYTES,
@@ -30,6 +32,6 @@ from laya_robustness.scoring.served.transport import (
 
 __all__ = [
     "MAX_ANSWER_CHARS", "MAX_REPLY_BYTES", "MAX_TOKENS", "PROTOCOLS", "RETRIES", "CredentialsRefused",
-    "EndpointError", "EndpointUnreachable", "OpenAIChat", "RedirectRefused", "ServedScorer", "Transport",
+    "EndpointError", "EndpointUnreachable", "OpenAIChat", "PromptLogprobs", "RedirectRefused", "ServedScorer", "Transport",
     "data_url", "endpoint_parts", "exceeds_context", "first_answer_token", "kept_answer", "option_logits", "visible",
 ]

@@ -36,6 +36,8 @@ DATA_URL_CACHE = 4096
 PROMPT_FORMAT = ("one user turn: one image_url (a PNG data URL) per image in row order, then scoring.prompt.user_text "
                  "(context, question, options as 'A. red' lines or 'Answer no or yes.'); temperature 0")
 PROBABILITIES = "top_logprobs of the first answer token"
+#: What a run through this protocol measures (the reports' ``scored``), with probabilities and without.
+SCORED, SCORED_TEXT = f"first answer token, top {TOP_LOGPROBS}", "answer text only"
 #: The question that decides the capability when connecting (text only: any chat model can answer it).
 PROBE_TEXT = "Is this a question?\nAnswer no or yes."
 #: The most characters of an answer a record keeps (an answer of ``max_tokens`` 16 is a few dozen); the
@@ -145,6 +147,7 @@ class OpenAIChat:
         """The protocol's part of the scorer's identity: the prompt, the extraction, ``max_tokens`` and where the
         probabilities come from (or why there are none)."""
         return {"prompt_format": PROMPT_FORMAT, "extraction_rules": EXTRACTION_RULES, "max_tokens": self.max_tokens,
+                "scored": SCORED if self.probabilities else SCORED_TEXT,
                 "probabilities": PROBABILITIES if self.probabilities else f"none: {NO_PROBABILITIES}{self.refused}"}
 
     # -- requests -------------------------------------------------------------------------------
@@ -185,13 +188,14 @@ class OpenAIChat:
                 self._urls[key] = url
         return url
 
-    def _content(self, row: Row) -> list[dict]:
+    def content(self, row: Row) -> list[dict]:
+        """The row's user turn: its images as PNG data URLs, then its text."""
         images = [{"type": "image_url", "image_url": {"url": self._image_url(im)}} for im in row.images]
         return [*images, {"type": "text", "text": user_text(row)}]
 
     def _text(self, row: Row, max_tokens: int) -> tuple[str, dict]:
         """The whole answer (scrubbed, control characters visible, not cut) and the reply."""
-        reply = self._chat(self._content(row), max_tokens, self.probabilities)
+        reply = self._chat(self.content(row), max_tokens, self.probabilities)
         message = reply["choices"][0].get("message")
         content = message.get("content") if isinstance(message, dict) else None
         text = self.transport.scrub(str(content or ""), None, lines=True)

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from laya_robustness.rows import Row
 from laya_robustness.scoring.base import Answer, ModelLoadError
 from laya_robustness.scoring.served.openai_chat import MAX_TOKENS, OpenAIChat
+from laya_robustness.scoring.served.prompt_logprobs import PromptLogprobs
 from laya_robustness.scoring.served.transport import RETRIES, CredentialsRefused, EndpointError, Transport
 
 #: How long connecting may wait for the endpoint's model list (twice at most): a dead endpoint stops a run fast.
@@ -45,8 +46,9 @@ class ServedProtocol(Protocol):
 
 
 #: The protocols a served model may be spoken to in, the most particular first: connecting takes the first whose
-#: ``connect`` finds it applies. OpenAI chat applies to every OpenAI-compatible endpoint, so it comes last.
-PROTOCOLS: tuple[type[ServedProtocol], ...] = (OpenAIChat,)
+#: ``connect`` finds it applies: the exact option log-likelihoods of a server that scores prompts (vLLM), else OpenAI
+#: chat, which applies to every OpenAI-compatible endpoint.
+PROTOCOLS: tuple[type[ServedProtocol], ...] = (PromptLogprobs, OpenAIChat)
 
 
 class ServedScorer:

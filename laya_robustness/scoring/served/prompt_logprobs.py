@@ -1,0 +1,162 @@
+"""The exact protocol of a server that returns the log-probabilities of a prompt's own tokens (vLLM's
+``prompt_logprobs``): each option's logit is the log-likelihood of its answer turn after the row's prompt, the
+quantity the in-process scorer computes, not a reading of the first answer token's ``top_logprobs``.
+
+- **The row's prompt**: one chat request, the row's user turn as ``openai_chat`` sends it (images as PNG data URLs,
+  then ``scoring.prompt.user_text``) with the generation prompt, greedy, ``max_tokens`` 16; its answer text is the
+  record's (the extraction reads it) and its ``prompt_token_ids`` are the prompt's tokens (``L`` of them).
+- **Each option**: the same user turn, then the assistant turn ``option + <end of turn>`` continued as it stands
+  (``continue_final_message``, no generation prompt), ``prompt_logprobs`` 0 and ``return_token_ids``: the option's
+  logit is the sum of the log-probabilities of the prompt tokens after the first ``L`` (the chat template writes
+  the separator: " Red" after "Assistant:", no space after a newline, as ``scoring.prompt`` does in process). A reply
+  whose first ``L`` tokens are not the prompt's fails (``EndpointError``): the option's tokens could not be told.
+  The options are asked after the prompt, so the server's prefix cache holds the image prefix they share.
+- **The end of a turn**: read once, when connecting, as the template writes it: the first token after an answer in
+  a whole assistant turn (``<end_of_utterance>`` for SmolVLM), so a model's own end token is scored, as in process.
+- **Applies** when the probe's reply carries ``prompt_logprobs`` and ``prompt_token_ids`` in that shape and the end of
+  a turn can be read; any other server (one that ignores the fields, or refuses them) is spoken to in ``openai_chat``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from laya_robustness.rows import Row
+from laya_robustness.scoring.base import Answer, label_choice
+from laya_robustness.scoring.extraction import EXTRACTION_RULES, extract
+from laya_robustness.scoring.served.openai_chat import MAX_TOKENS, PROMPT_FORMAT, OpenAIChat, kept_answer
+from laya_robustness.scoring.served.transport import EndpointError, Transport
+
+#: What a run through this protocol measures (the reports' ``scored``), and what it uses of the server.
+SCORED = "option log-likelihood, exact"
+PROBABILITIES = "prompt_logprobs of each option's answer turn after the prompt (continue_final_message)"
+#: The conversation the probe asks to be scored, and its answer.
+PROBE_USER, PROBE_ANSWER = "Is this a question?\nAnswer no or yes.", "yes"
+
+
+def prompt_tokens(reply: Mapping[str, Any]) -> tuple[list[int], list]:
+    """(``prompt_token_ids``, ``prompt_logprobs``) of a reply; ValueError when either is missing or not of vLLM's
+    shape (a list of ids; one entry per prompt token, each None or ``{token id: {"logprob": ...}}``).
+
+    >>> prompt_tokens({"prompt_token_ids": [1, 5], "prompt_logprobs": [None, {"5": {"logprob": -0.5}}]})
+    ([1, 5], [None, {'5': {'logprob': -0.5}}])
+    >>> prompt_tokens({"prompt_token_ids": [1, 5]})
+    Traceback (most recent call last):
+      ...
+    ValueError: the reply has no prompt_logprobs with one entry per prompt token
+    """
+    ids, logprobs = reply.get("prompt_token_ids"), reply.get("prompt_logprobs")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ValueError("the reply has no prompt_token_ids")
+    if not isinstance(logprobs, list) or len(logprobs) != len(ids):
+        raise ValueError("the reply has no prompt_logprobs with one entry per prompt token")
+    if not all(entry is None or isinstance(entry, Mapping) for entry in logprobs):
+        raise ValueError(f"prompt_logprobs is not a list of {{token id: logprob}} objects: {json.dumps(logprobs)[:200]}")
+    return ids, logprobs
+
+
+def token_logprob(entry: Mapping[str, Any] | None, token: int) -> float:
+    """The log-probability of ``token`` in one ``prompt_logprobs`` entry; ValueError when it is not there or not a
+    finite number.
+
+    >>> token_logprob({"7": {"logprob": -1.25, "rank": 2}}, 7)
+    -1.25
+    """
+    found = (entry or {}).get(str(token))
+    value = found.get("logprob") if isinstance(found, Mapping) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise ValueError(f"prompt_logprobs has no finite log-probability of token {token}")
+    return float(value)
+
+
+class PromptLogprobs:
+    """Rows asked of a server that scores prompts (see the module doc); build it with :meth:`connect`. Open-answer
+    rows are generated through ``chat`` (``openai_chat``)."""
+
+    probabilities = True
+
+    def __init__(self, transport: Transport, model: str, end_of_turn: str, max_tokens: int = MAX_TOKENS):
+        self.transport, self.model, self.end_of_turn, self.max_tokens = transport, model, end_of_turn, max_tokens
+        self.chat = OpenAIChat(transport, model, max_tokens)
+
+    @classmethod
+    def connect(cls, transport: Transport, model: str, entry: Mapping[str, Any], server: str,
+                max_tokens: int = MAX_TOKENS) -> "PromptLogprobs | None":
+        """The protocol of ``model`` where the server scores prompts (the probe: a text conversation whose answer
+        turn is scored whole and continued, which also gives the end of a turn); None where it does not."""
+        user = {"role": "user", "content": [{"type": "text", "text": PROBE_USER}]}
+        protocol = cls(transport, model, "", max_tokens)
+        try:
+            continued = prompt_tokens(protocol._scored([user], PROBE_ANSWER, continued=True))[0]
+            whole, logprobs = prompt_tokens(protocol._scored([user], PROBE_ANSWER, continued=False))
+        except (EndpointError, ValueError):
+            return None
+        if len(whole) <= len(continued) or whole[:len(continued)] != continued:
+            return None
+        end = (logprobs[len(continued)] or {}).get(str(whole[len(continued)]))
+        text = end.get("decoded_token") if isinstance(end, Mapping) else None
+        if not isinstance(text, str) or not text.strip():
+            return None
+        protocol.end_of_turn = text
+        return protocol
+
+    def identity(self) -> dict:
+        """The protocol's part of the scorer's identity: the prompt, what is scored and how, the end of a turn."""
+        return {"prompt_format": PROMPT_FORMAT, "extraction_rules": EXTRACTION_RULES, "max_tokens": self.max_tokens,
+                "scored": SCORED, "probabilities": PROBABILITIES, "end_of_turn": self.transport.scrub(self.end_of_turn)}
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _scored(self, messages: list[dict], answer: str | None, continued: bool = True,
+                max_tokens: int = 1) -> dict:
+        """A chat request whose prompt's tokens are scored: ``messages``, then the assistant turn ``answer``
+        (continued as it stands, or written whole) or, without one, the generation prompt."""
+        body: dict[str, Any] = {"model": self.model, "temperature": 0, "max_tokens": max_tokens,
+                                "prompt_logprobs": 0, "return_token_ids": True}
+        if answer is None:
+            body.update(messages=messages, add_generation_prompt=True)
+        else:
+            body.update(messages=[*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False,
+                        continue_final_message=continued)
+        reply, _ = self.transport.call("/chat/completions", body)
+        if not isinstance(reply, dict):
+            raise EndpointError(f"{self.transport.endpoint}/chat/completions: the reply is no chat completion: "
+                                f"{self.transport.scrub(json.dumps(reply), 300)}")
+        return reply
+
+    # -- answering rows -------------------------------------------------------------------------
+
+    def answer(self, row: Row) -> Answer:
+        """One row answered: the generated text and the option it names, and each option's exact logit (label
+        order)."""
+        where = f"{self.transport.endpoint}/chat/completions: row {row.row_id}"
+        messages = [{"role": "user", "content": self.chat.content(row)}]
+        reply = self._scored(messages, None, max_tokens=self.max_tokens)
+        try:
+            prompt = prompt_tokens(reply)[0]
+            logits = np.array([self._option(messages, option, prompt) for option in row.options])
+        except ValueError as exc:
+            raise EndpointError(f"{where}: {self.transport.scrub(str(exc))}") from None
+        choices = reply.get("choices")
+        message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(
+            choices[0], dict) else None
+        text = self.transport.scrub(str((message or {}).get("content") or ""), None, lines=True)
+        self.transport.count("rows")
+        extraction = extract(text, row.shown_options, row.primitive)
+        return Answer(kept_answer(text), label_choice(row, extraction.index), extraction.rule, logits)
+
+    def _option(self, messages: list[dict], option: str, prompt: Sequence[int]) -> float:
+        """The log-likelihood of ``option``'s answer turn after ``prompt`` (the row's prompt tokens)."""
+        ids, logprobs = prompt_tokens(self._scored(messages, option + self.end_of_turn))
+        if len(ids) <= len(prompt) or ids[:len(prompt)] != list(prompt):
+            raise ValueError(f"the answer turn of option {option!r} does not follow the row's prompt token for token, "
+                             "so its tokens cannot be told apart")
+        return sum(token_logprob(logprobs[i], ids[i]) for i in range(len(prompt), len(ids)))
+
+    def generated(self, row: Row, max_new_tokens: int) -> str:
+        """The generated text of ``row`` (an open-answer row), as ``openai_chat`` asks for it."""
+        return self.chat.generated(row, max_new_tokens)
