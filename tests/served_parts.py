@@ -67,6 +67,23 @@ def wait_for_health(process: subprocess.Popen, base: str, log: Path, name: str =
     raise RuntimeError(f"{name} did not answer /health within {START_TIMEOUT_S} s")
 
 
+def wait_for_models(process: subprocess.Popen, base: str, log: Path, name: str, timeout: float) -> None:
+    """Until the server at ``base`` lists a model at ``/v1/models`` (RuntimeError when it exits or takes longer than
+    ``timeout``): vLLM's ``/health`` answers before its engine is up."""
+    deadline = time.time() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}: {log.read_text()[-3000:]}")
+        try:
+            if json.loads(_get(base + "/v1/models")).get("data"):
+                return
+        except (OSError, ValueError):
+            pass
+        if time.time() > deadline:
+            raise RuntimeError(f"{name} did not list its model within {timeout:.0f} s: {log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
 def stop_group(process: subprocess.Popen | None, timeout: float = 20) -> None:
     """SIGTERM to the process group of ``process`` (started with ``start_new_session``), SIGKILL after ``timeout``."""
     if process is not None and process.poll() is None:
@@ -161,6 +178,11 @@ class LlamaServer:
         stop_group(self.process)
 
 
+#: What vLLM's CPU build is started with: 1 GiB of KV cache (it would otherwise reserve most of the machine's
+#: memory), offline, no usage reports.
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
 class VllmServer:
     """vLLM's OpenAI-compatible server (``laya-vllm-server``: vllm-cpu in a venv of its own, made by
     ``scripts/build_vllm_venv.sh``) of ``model`` on a free port of 127.0.0.1, as docs/served.md starts it: fp32,
@@ -183,28 +205,16 @@ class VllmServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> "VllmServer":
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1"}
+        env = {**os.environ, **VLLM_ENV}
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
-        deadline = time.time() + self.START_TIMEOUT_S
         try:
-            while True:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"vLLM exited with {self.process.returncode}: {self.log.read_text()[-3000:]}")
-                try:
-                    if json.loads(_get(self.url + "/models")).get("data"):
-                        return self
-                except (OSError, ValueError):
-                    pass
-                if time.time() > deadline:
-                    raise RuntimeError(f"vLLM did not list its model within {self.START_TIMEOUT_S} s: "
-                                       f"{self.log.read_text()[-3000:]}")
-                time.sleep(0.5)
+            wait_for_models(self.process, self.url.removesuffix("/v1"), self.log, "vLLM", self.START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
+        return self
 
     def stop(self) -> None:
         stop_group(self.process, timeout=30)

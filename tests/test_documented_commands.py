@@ -10,9 +10,11 @@ dropped) and each goes to the runner of its first words:
   reports in a folder of the test's, and its page says how long it takes.
 - ``python -m laya_robustness ...``: run in full, in process, on the reports of a small gate run (in the
   order the pages show them: the ``variants`` commands write the files a later gate command reads).
-- ``transformers serve ...`` and ``llama-server ...``: started for real on a free port of 127.0.0.1, waited for
-  until it answers, and stopped; the gate command against a served model collects against the tests' own server
-  of that kind. Without a built ``llama-server`` (``scripts/build_llama_server.sh``) its commands skip, saying so,
+- ``transformers serve ...``, ``llama-server ...`` and ``laya-vllm-server ...`` (an environment assignment before it
+  is passed on): started for real on a free port of 127.0.0.1, waited for until it answers, and stopped; the gate
+  command against a served model collects against the tests' own server of that kind. Without a built
+  ``llama-server`` (``scripts/build_llama_server.sh``) or vLLM's venv (``scripts/build_vllm_venv.sh``) its commands
+  skip, saying so,
   as does ``fixtures gguf`` without the llama.cpp source that script unpacks.
 - installation (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``, ``bash scripts/...``): what
   ``.ci/run`` does from scratch on every landing; here each package or extra named must be one it installs, and a
@@ -94,7 +96,9 @@ def _kind(command: str) -> str:
         return "pytest"
     if words[:3] == ["python", "-m", "laya_robustness"]:
         return "cli"
-    if words[:2] == ["transformers", "serve"] or words[0] == "llama-server":
+    while "=" in words[0] and len(words) > 1:  # an environment assignment before the command
+        words = words[1:]
+    if words[:2] == ["transformers", "serve"] or words[0] in ("llama-server", "laya-vllm-server"):
         return "serve"
     if words[:3] == ["python3", "-m", "venv"] or words[:2] == [".", ".venv/bin/activate"] or words[:2] == ["pip", "install"] \
             or words[0] == "bash" and words[1].startswith("scripts/"):
@@ -211,12 +215,21 @@ def _write_what_it_reads(command: str, project: Path, request, monkeypatch, tmp_
 @pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "serve"],
                          ids=lambda x: str(x)[:70])
 def test_a_documented_server_starts_and_answers(page, command, tmp_path):
-    from served_parts import free_port, llama_server_binary, wait_for_health
+    from served_parts import free_port, llama_server_binary, vllm_server_binary, wait_for_health, wait_for_models
 
-    words = shlex.split(command)
+    words, env = shlex.split(command), dict(os.environ)
+    while "=" in words[0]:  # an environment assignment before the command, as a shell takes it
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
     port = words[words.index("--port") + 1]
     words[words.index("--port") + 1] = str(free_port())
-    if words[0] == "llama-server":
+    vllm = words[0] == "laya-vllm-server"
+    if vllm:
+        binary = vllm_server_binary()
+        if binary is None:
+            pytest.skip("vLLM is not installed: `bash scripts/build_vllm_venv.sh` makes laya-vllm-server")
+        words[0] = str(binary)
+    elif words[0] == "llama-server":
         binary = llama_server_binary()
         if binary is None:
             pytest.skip("llama-server is not built: `bash scripts/build_llama_server.sh` builds it")
@@ -224,10 +237,14 @@ def test_a_documented_server_starts_and_answers(page, command, tmp_path):
     else:
         words[0] = str(Path(sys.executable).with_name("transformers"))
     with (tmp_path / "server.log").open("wb") as log:
-        server = subprocess.Popen(words, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(words, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                  env=env)
+    base = f"http://127.0.0.1:{words[words.index('--port') + 1]}"
     try:
-        wait_for_health(server, f"http://127.0.0.1:{words[words.index('--port') + 1]}", tmp_path / "server.log",
-                        Path(words[0]).name)
+        if vllm:  # its /health answers before the engine is up
+            wait_for_models(server, base, tmp_path / "server.log", "laya-vllm-server", 420)
+        else:
+            wait_for_health(server, base, tmp_path / "server.log", Path(words[0]).name)
     finally:  # its whole process group, by its id, whatever the test's outcome
         os.killpg(server.pid, signal.SIGTERM)
         try:
