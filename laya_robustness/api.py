@@ -196,7 +196,8 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
         _remove(scratch)
         raise UsageError("executor: a model loaded in memory is scored in this process: executor='local'")
     try:
-        result = _judged(run, invariance, report_dir is not None, model if in_memory else None, ranks is not None)
+        result = judge_together(run, invariance, report_dir is not None, model if in_memory else None,
+                                ranks is not None)
     except UsageError as exc:
         _remove(scratch)
         raise exc.for_arguments() from None
@@ -214,9 +215,10 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
     return result
 
 
-def _judged(run: GateRun, invariance: bool, write: bool, model: Any, ranks: bool) -> GateResult:
-    """``judge_run`` with a model in memory whose weights FSDP2 shards made whole while it runs
-    (``scoring.sharded``), and with ``ranks`` (``--executor distributed``) the end of every rank's run met."""
+def judge_together(run: GateRun, invariance: bool, write: bool, model: Any, ranks: bool) -> GateResult:
+    """``judge_run`` with a model in memory (``model``; None for a checkpoint) whose weights FSDP2 shards made whole
+    while it runs (``scoring.sharded``), and with ``ranks`` (``--executor distributed``) the end of every rank's run
+    met (``end_of_gate``), however it ends: what ``run_gate`` and the training callback run."""
     error = None
     try:
         with whole_weights(model) if model is not None else contextlib.nullcontext():

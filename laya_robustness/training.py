@@ -41,14 +41,14 @@ from typing import Any
 
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
-from laya_robustness.api import GateResult, check_processor, given_options, judge_run
+from laya_robustness.api import GateResult, check_processor, given_options, judge_together
 from laya_robustness.run.errors import HarnessError, UsageError
-from laya_robustness.run.executors.distributed import end_of_gate, world
+from laya_robustness.run.executors.distributed import world
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
 from laya_robustness.run.inputs.run_inputs import RunInputs
-from laya_robustness.scoring.sharded import sharded_by, whole_weights
+from laya_robustness.scoring.sharded import sharded_by
 from laya_robustness.stopping import GATE_BROKE, NOTHING_JUDGED, check_policy, decide, failed_key
 from laya_robustness.summary import headlines
 
@@ -221,29 +221,19 @@ class RobustnessCallback(TrainerCallback):
         writes (the others' runs keep their journal in a folder of their own, removed after)."""
         _require_processor(processor)
         _check_sharding(model)
-        ranks, error = world(), None
-        main = _main()
+        ranks, main = world(), _main()
         scratch = None if main else Path(tempfile.mkdtemp(prefix="laya-rank-"))
+        in_memory = InMemoryModel(model, processor)
+        settings = dataclasses.replace(
+            self.settings, report_dir=scratch or self.settings.report_dir / f"checkpoint-{step}",
+            device=str(next(model.parameters()).device), model_name=in_memory.name, model=None, in_memory=in_memory,
+            executor="distributed" if ranks is not None else self.settings.executor)
+        run = GateRun(settings, root=self.root, inputs=self._inputs, variants=self._variants)
+        self._inputs = run.inputs
         try:
-            with whole_weights(model):
-                device = str(next(model.parameters()).device)
-                in_memory = InMemoryModel(model, processor)
-                settings = dataclasses.replace(
-                    self.settings, report_dir=scratch or self.settings.report_dir / f"checkpoint-{step}",
-                    device=device, model_name=in_memory.name, model=None, in_memory=in_memory,
-                    executor="distributed" if ranks is not None else self.settings.executor)
-                run = GateRun(settings, root=self.root, inputs=self._inputs, variants=self._variants)
-                self._inputs = run.inputs
-                try:
-                    result = judge_run(run, self.invariance, write=main)
-                finally:
-                    run.close()
-        except BaseException as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            raise
+            result = judge_together(run, self.invariance, main, model, ranks is not None)
         finally:
-            if ranks is not None:
-                end_of_gate(error)
+            run.close()
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
         self.results[step] = result
