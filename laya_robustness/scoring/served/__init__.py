@@ -32,6 +32,7 @@ from laya_robustness.scoring.served.transport import (
 
 __all__ = [
     "MAX_ANSWER_CHARS", "MAX_REPLY_BYTES", "MAX_TOKENS", "PROTOCOLS", "RETRIES", "CredentialsRefused",
-    "EndpointError", "EndpointUnreachable", "OpenAIChat", "PromptLogprobs", "RedirectRefused", "ServedScorer", "Transport",
-    "data_url", "endpoint_parts", "exceeds_context", "first_answer_token", "kept_answer", "option_logits", "visible",
+    "EndpointError", "EndpointUnreachable", "OpenAIChat", "PromptLogprobs", "RedirectRefused", "ServedScorer",
+    "Transport", "data_url", "endpoint_parts", "exceeds_context", "first_answer_token", "kept_answer", "option_logits",
+    "visible",
 ]

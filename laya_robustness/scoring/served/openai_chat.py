@@ -114,6 +114,24 @@ def first_answer_token(reply: Mapping[str, Any]) -> list:
     return top
 
 
+def chat_completion(transport: Transport, body: Mapping[str, Any]) -> dict:
+    """The reply of a chat completion request ``body`` through ``transport``; ``EndpointError`` when it is none (no
+    list of choices)."""
+    reply, _ = transport.call("/chat/completions", body)
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise EndpointError(f"{transport.endpoint}/chat/completions: the reply is no chat completion: "
+                            f"{transport.scrub(json.dumps(reply), 300)}")
+    return reply
+
+
+def message_text(reply: Mapping[str, Any]) -> str:
+    """The text of a chat completion's first choice ("" when it has none)."""
+    message = reply["choices"][0].get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return str(content or "")
+
+
 def _finite(value: Any) -> bool:
     try:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -157,12 +175,7 @@ class OpenAIChat:
                                 "temperature": 0, "max_tokens": max_tokens}
         if logprobs:
             body.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
-        reply, _ = self.transport.call("/chat/completions", body)
-        choices = reply.get("choices") if isinstance(reply, dict) else None
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise EndpointError(f"{self.transport.endpoint}/chat/completions: the reply is no chat completion: "
-                                f"{self.transport.scrub(json.dumps(reply), 300)}")
-        return reply
+        return chat_completion(self.transport, body)
 
     def _probe(self) -> tuple[bool, str]:
         """Whether the server returns top_logprobs (and why not, when it refuses them)."""
@@ -196,9 +209,7 @@ class OpenAIChat:
     def _text(self, row: Row, max_tokens: int) -> tuple[str, dict]:
         """The whole answer (scrubbed, control characters visible, not cut) and the reply."""
         reply = self._chat(self.content(row), max_tokens, self.probabilities)
-        message = reply["choices"][0].get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        text = self.transport.scrub(str(content or ""), None, lines=True)
+        text = self.transport.scrub(message_text(reply), None, lines=True)
         self.transport.count("rows")
         return text, reply
 

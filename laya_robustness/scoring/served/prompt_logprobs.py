@@ -28,7 +28,14 @@ import numpy as np
 from laya_robustness.rows import Row
 from laya_robustness.scoring.base import Answer, label_choice
 from laya_robustness.scoring.extraction import EXTRACTION_RULES, extract
-from laya_robustness.scoring.served.openai_chat import MAX_TOKENS, PROMPT_FORMAT, OpenAIChat, kept_answer
+from laya_robustness.scoring.served.openai_chat import (
+    MAX_TOKENS,
+    PROMPT_FORMAT,
+    OpenAIChat,
+    chat_completion,
+    kept_answer,
+    message_text,
+)
 from laya_robustness.scoring.served.transport import EndpointError, Transport
 
 #: What a run through this protocol measures (the reports' ``scored``), and what it uses of the server.
@@ -55,7 +62,8 @@ def prompt_tokens(reply: Mapping[str, Any]) -> tuple[list[int], list]:
     if not isinstance(logprobs, list) or len(logprobs) != len(ids):
         raise ValueError("the reply has no prompt_logprobs with one entry per prompt token")
     if not all(entry is None or isinstance(entry, Mapping) for entry in logprobs):
-        raise ValueError(f"prompt_logprobs is not a list of {{token id: logprob}} objects: {json.dumps(logprobs)[:200]}")
+        raise ValueError("prompt_logprobs is not a list of {token id: logprob} objects: "
+                         f"{json.dumps(logprobs)[:200]}")
     return ids, logprobs
 
 
@@ -122,11 +130,7 @@ class PromptLogprobs:
         else:
             body.update(messages=[*messages, {"role": "assistant", "content": answer}], add_generation_prompt=False,
                         continue_final_message=continued)
-        reply, _ = self.transport.call("/chat/completions", body)
-        if not isinstance(reply, dict):
-            raise EndpointError(f"{self.transport.endpoint}/chat/completions: the reply is no chat completion: "
-                                f"{self.transport.scrub(json.dumps(reply), 300)}")
-        return reply
+        return chat_completion(self.transport, body)
 
     # -- answering rows -------------------------------------------------------------------------
 
@@ -141,10 +145,7 @@ class PromptLogprobs:
             logits = np.array([self._option(messages, option, prompt) for option in row.options])
         except ValueError as exc:
             raise EndpointError(f"{where}: {self.transport.scrub(str(exc))}") from None
-        choices = reply.get("choices")
-        message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(
-            choices[0], dict) else None
-        text = self.transport.scrub(str((message or {}).get("content") or ""), None, lines=True)
+        text = self.transport.scrub(message_text(reply), None, lines=True)
         self.transport.count("rows")
         extraction = extract(text, row.shown_options, row.primitive)
         return Answer(kept_answer(text), label_choice(row, extraction.index), extraction.rule, logits)

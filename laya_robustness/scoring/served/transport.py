@@ -307,8 +307,9 @@ class Transport:
 
     def call(self, path: str, body: Mapping | None = None, timeout: float | None = None,
              retries: int | None = None) -> tuple[dict, str]:
-        """The JSON reply of a request and its Server header, retried on 429, 5xx, dropped connections and timeouts with exponential
-        backoff; retries spent (or the endpoint already found dead in this run) raise EndpointUnreachable."""
+        """The JSON reply of a request and its Server header, retried on 429, 5xx, dropped connections and timeouts
+        with exponential backoff; retries spent (or the endpoint already found dead in this run) raise
+        EndpointUnreachable."""
         retries = self.retries if retries is None else retries
         reason = ""
         for attempt in range(retries + 1):
