@@ -139,13 +139,24 @@ def test_an_fsdp1_model_is_refused_naming_the_model(one_rank_world):
         callback.check_trainer(None, wrapped, processor)
 
 
-def test_a_world_of_one_rank_gates_as_one_process(one_rank_world, tmp_path):
-    """``--executor distributed`` in a world of one: every chunk is this rank's, the records a local run's."""
+def test_a_world_of_one_rank_gates_as_one_process_without_a_collective(one_rank_world, tmp_path, monkeypatch):
+    """``--executor distributed`` and the callback in a world of one: every chunk is this rank's, the records a local
+    run's, and no collective is called (nothing to share; after one, this rank's threaded forwards ran slower)."""
+    import torch.distributed as dist
+
+    collectives = []
+    for name in ("all_gather_object", "broadcast_object_list", "all_gather", "broadcast", "barrier"):
+        monkeypatch.setattr(dist, name, lambda *args, name=name, **kwargs: collectives.append(name))
     model = AutoModelForImageTextToText.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm",
                                                         attn_implementation="eager")
     processor = AutoProcessor.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm")
     runs = {name: run_gate(model, processor=processor, data=ROOT / "laya_fixtures" / "rows", root=ROOT,
                            executor=name, invariance=False, report_dir=tmp_path / name, **GATE)
             for name in ("local", "distributed")}
+    callback = RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", report_dir=tmp_path / "callback", root=ROOT,
+                                  **GATE)
+    gated = callback.gate(model, processor, 1)
+    assert collectives == []
     assert _predictions(tmp_path / "distributed") == _predictions(tmp_path / "local")
-    assert runs["distributed"].summary == runs["local"].summary
+    assert _predictions(tmp_path / "callback" / "checkpoint-1") == _predictions(tmp_path / "local")
+    assert runs["distributed"].summary == runs["local"].summary == gated.summary

@@ -61,7 +61,10 @@ def gather_cells(error: str | None, own: dict) -> list[dict]:
     import torch.distributed as dist
 
     gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (CELLS, error, own))
+    if len(gathered) == 1:  # a world of this process alone: nothing to gather
+        gathered[0] = (CELLS, error, own)
+    else:
+        dist.all_gather_object(gathered, (CELLS, error, own))
     why = [f"rank {rank}: {err if tag == CELLS else f'its gate ended before scoring its share ({err})'}"
            for rank, (tag, err, _) in enumerate(gathered) if err is not None or tag == END]
     if why:
@@ -74,7 +77,7 @@ def end_of_gate(error: str | None = None) -> None:
     ranks still scoring (``gather_cells``), which then raise and end too. Every rank calls it once per run."""
     import torch.distributed as dist
 
-    while True:
+    while dist.get_world_size() > 1:
         gathered: list = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, (END, error or "no error", None))
         if all(tag == END for tag, _, _ in gathered):
