@@ -160,3 +160,38 @@ def test_a_world_of_one_rank_gates_as_one_process_without_a_collective(one_rank_
     assert _predictions(tmp_path / "distributed") == _predictions(tmp_path / "local")
     assert _predictions(tmp_path / "callback" / "checkpoint-1") == _predictions(tmp_path / "local")
     assert runs["distributed"].summary == runs["local"].summary == gated.summary
+
+
+def test_a_ranks_chunks_are_journaled_as_it_scores_them_and_resume_scores_the_rest(one_rank_world, tmp_path,
+                                                                                    monkeypatch):
+    """A rank journals each chunk of its share as soon as it is scored (as a local run does), before any gather: when
+    its scoring breaks, what it scored is kept, and ``resume`` scores only the rest, to the local run's records."""
+    from laya_robustness.run.errors import HarnessError
+    from laya_robustness.run.scoring import chunks
+
+    model = AutoModelForImageTextToText.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm",
+                                                        attn_implementation="eager")
+    processor = AutoProcessor.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm")
+    gate = {"data": ROOT / "laya_fixtures" / "rows", "root": ROOT, "invariance": False, "families": ["text"],
+            "rows_per_set": 6, "batch_size": 2}
+    run_gate(model, processor=processor, executor="local", report_dir=tmp_path / "local", **gate)
+    scored, records = [], chunks.Scoring.records
+
+    def breaks_at_the_third(self, rows):
+        if len(scored) == 2:
+            raise RuntimeError("injected at the third chunk")
+        scored.append(len(rows))
+        return records(self, rows)
+
+    monkeypatch.setattr(chunks.Scoring, "records", breaks_at_the_third)
+    journal = tmp_path / "journal"
+    with pytest.raises(HarnessError, match="injected at the third chunk"):
+        run_gate(model, processor=processor, executor="distributed", journal=journal, report_dir=tmp_path / "broke",
+                 **gate)
+    monkeypatch.setattr(chunks.Scoring, "records", lambda self, rows: scored.append(len(rows)) or records(self, rows))
+    before_break, scored[:] = sum(scored), []
+    run_gate(model, processor=processor, executor="distributed", journal=journal, resume=True,
+             report_dir=tmp_path / "resumed", **gate)
+    assert before_break > 0
+    assert sum(scored) == len(_predictions(tmp_path / "local")) - before_break
+    assert _predictions(tmp_path / "resumed") == _predictions(tmp_path / "local")

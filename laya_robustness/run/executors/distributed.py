@@ -5,7 +5,8 @@ Every rank runs the same run (the same rows, variants and checks, in the same or
 each (a DDP replica, or an FSDP model made whole while it is scored: ``scoring.sharded``). The cells the run's
 checks will ask for are planned (``GateRun.plan``); when the first is asked for, every planned cell is cut into the
 local run's chunks, and each chunk is given to one rank (``share``: the largest chunks first, each to the rank with
-the fewest rows so far). Each rank scores its own chunks, the records of all are gathered to every rank
+the fewest rows so far). Each rank scores its own chunks (each journaled, and its variant images and the scorer's
+caches of them let go, as soon as it is scored, as in a local run), the records of all are gathered to every rank
 (``all_gather_object``), and every cell is then answered from them. So the records are those of a one-process run
 (its chunks, batches and records), only where each chunk was scored differs, and every rank holds them all: rank 0
 summarises, judges and writes, the others judge and write nothing. The forwards themselves hold no collective, so
@@ -156,8 +157,9 @@ class SharedCells:
         error = None
         try:
             for n, (c, i) in enumerate(chunks):
-                if owner[n] == rank:
+                if owner[n] == rank:  # journaled and its images let go as soon as it is scored, as a local run
                     own[n] = self.scoring.records(works[c].scoring.chunks()[i])
+                    works[c].scoring.finish(i, own[n])
         except Exception as exc:  # noqa: BLE001  (told to every rank below, so none waits for this one)
             error = f"rank {rank}: {type(exc).__name__}: {exc}"
         try:
@@ -169,8 +171,9 @@ class SharedCells:
             raise
         for part in gathered:
             for n, records in part.items():
-                c, i = chunks[n]
-                works[c].scoring.finish(i, records)
+                if owner[n] != rank:
+                    c, i = chunks[n]
+                    works[c].scoring.finish(i, records)
         self.scored.update(zip(keys, works))
 
     def close(self) -> None:
