@@ -325,10 +325,17 @@ def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, w
     nothing = tally.nothing_judged()
     outcome = run.finish(Ending(status=EXIT_LIMIT_CROSSED if failures else 0, narrowed_by=narrowed,
                                 nothing_judged=nothing))
+    ranks = world() if run.settings.executor == "distributed" else None
+    shared = ranks is not None and ranks[1] > 1  # the other ranks draw the plots of the writing one
     if write:
+        from laya_robustness.report.drawn_elsewhere import DrawnElsewhere
         from laya_robustness.report.folder import written_to
 
-        outcome = written_to(outcome, run.report_dir)
+        outcome = written_to(outcome, run.report_dir, DrawnElsewhere() if shared else None)
+    elif shared and ranks[0] != 0 and not outcome.harness_errors:  # a broken run ends at once, naming why
+        from laya_robustness.report.drawn_elsewhere import draw_for_writer
+
+        draw_for_writer(outcome, *ranks)
     errors = outcome.harness_errors
     if errors:
         raise HarnessError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))

@@ -71,6 +71,18 @@ def test_every_rank_is_told_the_verdict_and_only_the_main_one_writes(world):
     assert sorted(p.name for p in (out / "robustness").iterdir()) == ["checkpoint-2", "checkpoint-4"]
 
 
+def test_the_ranks_that_do_not_write_draw_the_plots_of_the_one_that_does(world):
+    """Rank 1 draws both plots of each evaluation's page and rank 0 none; the page's plots are those the saved model's
+    page has, drawn in one process."""
+    _, out, ranks, alone = world
+    assert (ranks[0]["drawn_plots"], ranks[1]["drawn_plots"]) == (0, 2 * 2)
+    page = (out / "robustness" / "checkpoint-4" / "report.html").read_text()
+    sections = [part.split("<h2", 1)[0] for part in page.split('<h2 id="reliability">')[1].split('<h2 id="strength">')]
+    assert len(sections) == 2 and '<img class="plot" src="data:image/svg+xml;base64,' in sections[0]
+    alone_page = (alone / "report.html").read_text()
+    assert all(section in alone_page for section in sections)
+
+
 def test_the_records_and_identity_are_the_saved_models_in_one_process(world):
     setup, out, ranks, alone = world
     assert _predictions(out / "robustness" / "checkpoint-4") == _predictions(alone)

@@ -10,7 +10,8 @@ every 2 steps as a Trainer would; rank 0 saves the full state dict (gathered) as
 share of the scoring, or before it shares anything).
 
 Each rank writes ``<out>/rank<r>.json``: the steps it gated, the rows its scorer scored (counted by wrapping
-``Scoring.records``), the verdict it was told (``stop_on_fail``'s broadcast decision), and the weights' identity.
+``Scoring.records``), the report plots it drew, the verdict it was told (``stop_on_fail``'s broadcast decision), and
+the weights' identity.
 """
 
 import json
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForImageTextToText, AutoProcessor, TrainerControl, TrainerState
 
+from laya_robustness.report import plots
 from laya_robustness.run.scoring import chunks
 from laya_robustness.training import RobustnessCallback
 
@@ -39,6 +41,17 @@ def _counted(self, rows):
 
 
 chunks.Scoring.records = _counted
+drawn_plots = [0]
+
+
+def _drawing(draw):
+    def counted(curves, *args, **kwargs):
+        drawn_plots[0] += 1
+        return draw(curves, *args, **kwargs)
+    return counted
+
+
+plots.reliability_uri, plots.strength_uri = _drawing(plots.reliability_uri), _drawing(plots.strength_uri)
 
 
 def trainer_ddp(out: Path, callback, model, processor) -> None:
@@ -130,7 +143,8 @@ def main(setup: str, out: Path) -> None:
     identity = {step: result.summary["meta"]["model"].get("weights_sha256")
                 for step, result in callback.results.items()}
     (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "scored_rows": scored_rows[0], "gated": told,
-                                                      "errors": callback.errors, "weights": identity}))
+                                                      "errors": callback.errors, "weights": identity,
+                                                      "drawn_plots": drawn_plots[0]}))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -4,14 +4,20 @@ final names, then what a complete run no longer needs (stale report files, the j
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from laya_robustness.report.render import REPORT_HTML, SUMMARY_MD, render_report
 from laya_robustness.run.files import write_all
 from laya_robustness.run.outcome import RunOutcome
 from laya_robustness.run.reports.data_files import data_files, remove_stale, report_targets
 from laya_robustness.run.scoring.journal import JOURNAL_DIR
+
+
+#: ``drawn(device, name)``: the HTML section of plot ``name`` of ``device``'s report.html drawn elsewhere, or None.
+Drawn = Callable[[str, str], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -24,12 +30,13 @@ class Written:
     errors: tuple[str, ...]
 
 
-def write_reports(outcome: RunOutcome, report_dir: Path) -> Written:
-    """Write every report of ``outcome`` in ``report_dir`` (see the module doc). A report that cannot be written
-    (a full disk, a read-only folder) is a harness error naming the file; the folder keeps the files it had."""
+def write_reports(outcome: RunOutcome, report_dir: Path, drawn: Drawn | None = None) -> Written:
+    """Write every report of ``outcome`` in ``report_dir`` (see the module doc; ``drawn``: the plots drawn elsewhere,
+    as ``gate_report_files``). A report that cannot be written (a full disk, a read-only folder) is a harness error
+    naming the file; the folder keeps the files it had."""
     report_dir = Path(report_dir)
     files, errors = data_files(outcome, report_dir), []
-    pages, render_errors = gate_report_files(outcome, report_dir)
+    pages, render_errors = gate_report_files(outcome, report_dir, drawn)
     files.update(pages)
     errors += render_errors
     targets, kept = report_targets(files, outcome.complete)
@@ -48,14 +55,17 @@ def write_reports(outcome: RunOutcome, report_dir: Path) -> Written:
     return Written(tuple(written), kept, tuple(errors))
 
 
-def written_to(outcome: RunOutcome, report_dir: Path) -> RunOutcome:
+def written_to(outcome: RunOutcome, report_dir: Path, drawn: Drawn | None = None) -> RunOutcome:
     """``outcome`` once its reports are written in ``report_dir`` (what was written, kept and went wrong in it)."""
-    done = write_reports(outcome, report_dir)
+    done = write_reports(outcome, report_dir, drawn)
     return outcome.with_written(done.paths, done.kept_previous_report, done.errors)
 
 
-def gate_report_files(outcome: RunOutcome, report_dir: Path) -> tuple[dict[Path, str], list[str]]:
+def gate_report_files(outcome: RunOutcome, report_dir: Path,
+                      drawn: Drawn | None = None) -> tuple[dict[Path, str], list[str]]:
     """report.html and summary.md beside each device's summary.json; the verdicts are the checks the run judged.
+    ``drawn(device, name)``: the section of plot ``name`` of a device's page where another process drew it
+    (``report.drawn_elsewhere``), else None (drawn here).
 
     A failure while rendering is a harness error (exit 3) returned beside the pages, not a crash: the data files
     are still written.
@@ -70,7 +80,8 @@ def gate_report_files(outcome: RunOutcome, report_dir: Path) -> tuple[dict[Path,
             page, comment = render_report(
                 report.summary, list(report.records), known=outcome.known_limitation,
                 source_rows=dict(outcome.source_rows), results=report.results,
-                invariance={"conditions": conditions} if conditions else None)
+                invariance={"conditions": conditions} if conditions else None,
+                drawn=None if drawn is None else functools.partial(drawn, device))
         except Exception as exc:  # a bug of the report is the harness's: say so, keep the run's other reports
             errors.append(f"writing report.html / summary.md for {device} failed: {type(exc).__name__}: {exc}")
             continue

@@ -12,7 +12,7 @@ import base64
 import html
 import io
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from laya_robustness.answers import answer_of, is_correct, is_scored
 from laya_robustness.families import FLAT, find_family
@@ -34,6 +34,7 @@ from laya_robustness.report.cells import (
     value_text,
     verdict_line,
 )
+from laya_robustness.report.curves import reliability, strength_curves
 from laya_robustness.report.examples import HOW, Example, confidence
 
 #: Thumbnails are at most this many pixels on their longest side.
@@ -243,6 +244,27 @@ def _invariance(report: Report) -> str:
             f"<th>max |dlogit|</th><th>bitwise</th><th>checks</th></tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
+#: report.html's plots, in page order.
+PLOTS = ("reliability", "strength")
+
+
+def plot_section(name: str, summary: Mapping[str, Any], curves: Sequence[Any]) -> str:
+    """The HTML of report.html's plot ``name`` (``PLOTS``) drawn from its ``curves`` (``Report.reliability``,
+    ``Report.strength``): a function of the run's summary and records alone, so any process holding them draws the
+    same bytes (the SVG is byte-stable)."""
+    if name == "reliability":
+        return _plot(plots.reliability_uri, curves, "reliability diagrams",
+                     "; ".join(probability_lines(summary)) or "No labelled rows.")
+    return _plot(plots.strength_uri, curves, "accuracy and flip rate against strength",
+                 "No family records a strength with at least two values.")
+
+
+def plot_sections(summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict:
+    """``plot_section`` of each of ``names``, by name, drawn from a run's ``summary`` and ``records``."""
+    curves = {"reliability": reliability, "strength": strength_curves}
+    return {name: plot_section(name, summary, curves[name](records)) for name in names}
+
+
 def _plot(draw, data, alt: str, empty: str) -> str:
     """``draw(data)`` as an inline image; a note instead when there is nothing to draw or no matplotlib."""
     try:
@@ -287,8 +309,10 @@ def scope_line(summary: Mapping[str, Any]) -> str | None:
     return scope.get("covered") if isinstance(scope, Mapping) else None
 
 
-def render_html(report: Report, changes: Sequence[str] = ()) -> str:
-    """The whole page as a string (see the module doc); ``changes``: the baseline comparison in words."""
+def render_html(report: Report, changes: Sequence[str] = (),
+                drawn: Callable[[str], str | None] = lambda name: None) -> str:
+    """The whole page as a string (see the module doc); ``changes``: the baseline comparison in words; ``drawn(name)``:
+    plot ``name``'s section (``plot_section``) where it was drawn elsewhere (another rank), else None."""
     meta = report.summary.get("meta") or {}
     title = f"Robustness report: {model_name(report.summary)}"
     scored = (meta.get("model") or {}).get("scored") if isinstance(meta.get("model"), Mapping) else None
@@ -332,13 +356,11 @@ right), “gold” the label.</p>
 <p class="muted">Accuracy against confidence (max probability) in 15 equal-width bins, pooled over datasets;
 the dotted diagonal is perfect calibration, the dark line the orig rows. A control such as image_shuffle
 that stays confident while its accuracy falls shows how much of the confidence comes from the text alone.</p>
-{_plot(plots.reliability_uri, report.reliability, "reliability diagrams",
-       "; ".join(probability_lines(report.summary)) or "No labelled rows.")}
+{drawn("reliability") or plot_section("reliability", report.summary, report.reliability)}
 <h2 id="strength">Accuracy and flip rate against perturbation strength</h2>
 <p class="muted">One panel per family and strength parameter read from the variants' meta (for example
 <code>image_op</code>); solid: accuracy, dashed: flip rate, dotted: the same groups' orig accuracy.</p>
-{_plot(plots.strength_uri, report.strength, "accuracy and flip rate against strength",
-       "No family records a strength with at least two values.")}
+{drawn("strength") or plot_section("strength", report.summary, report.strength)}
 <h2 id="invariance">Invariance</h2>
 {_invariance(report)}
 <h2 id="run">Run</h2>

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from laya_robustness.gate.limits import resolve_limitations, run_limits
 from laya_robustness.gate.thresholds import ThresholdsError
@@ -33,11 +33,13 @@ def render_report(
     source_rows: Mapping[str, Sequence[Any]] | None = None,
     baseline: Mapping[str, Any] | None = None,
     baseline_results: Iterable[Any] | None = None,
+    drawn: Callable[[str], str | None] | None = None,
 ) -> tuple[str, str]:
     """(report.html, summary.md) as text.
 
     Arguments as in ``report.build.build_report``; ``baseline`` is another run's summary to compare
-    with, ``baseline_results`` its check results (for verdict changes).
+    with, ``baseline_results`` its check results (for verdict changes); ``drawn``: the plots drawn elsewhere
+    (``report.html.render_html``).
     """
     from laya_robustness.report.build import build_report
     from laya_robustness.report.cells import cell_verdicts
@@ -52,7 +54,8 @@ def render_report(
         known_ = known or (lambda family, dataset, check: None)
         old = cell_verdicts(baseline_results, known_) if baseline_results is not None else {}
         changes = summary_changes(summary, baseline, report.verdicts if old else {}, old, limit=CHANGE_LINES)
-    return render_html(report, changes), render_markdown(report, changes)
+    page = render_html(report, changes) if drawn is None else render_html(report, changes, drawn)
+    return page, render_markdown(report, changes)
 
 
 def write_report(out_dir: str | Path, summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *,

@@ -15,7 +15,8 @@ the ranks need not do the same number of them.
 No rank waits forever for another: every collective of a run is one ``all_gather_object``, tagged. A rank whose
 scoring raised says so in its share, and every rank raises it, naming the rank. A rank whose run ended early (its
 gate raised before it shared its chunks) calls ``end_of_gate``, as every rank does once its run is over, which
-gathers until every rank has ended; a rank still scoring meets it at its next gather, raises, and ends too.
+gathers until every rank has ended; a rank still scoring meets it at its next gather, raises, and ends too; a rank
+handing over the plots it drew (``gather_drawings``) meets it, and ends.
 """
 
 from __future__ import annotations
@@ -52,13 +53,15 @@ def check_distributed(values: Mapping[str, Any], xdist_workers: object) -> None:
                          f"{xdist_workers}): drop -n", "--executor")
 
 
-#: The tags of a run's gathers: a rank's share of the cells' records, and the end of its run.
-CELLS, END = "cells", "end"
+#: The tags of a run's gathers: a rank's share of the cells' records, the report's plots it drew for the writing
+#: rank (``report.drawn_elsewhere``), and the end of its run.
+CELLS, DRAWINGS, END = "cells", "drawings", "end"
 
 
 def gather_cells(error: str | None, own: dict) -> list[dict]:
     """Every rank's share of records (``own``: chunk number -> records), gathered to every rank; a ``RuntimeError``
-    naming each rank whose scoring raised (``error``) or whose run has ended, on every rank."""
+    naming each rank whose scoring raised (``error``) or whose run has gone past its scoring (ended, or handing
+    over its drawings), on every rank."""
     import torch.distributed as dist
 
     gathered: list = [None] * dist.get_world_size()
@@ -66,11 +69,21 @@ def gather_cells(error: str | None, own: dict) -> list[dict]:
         gathered[0] = (CELLS, error, own)
     else:
         dist.all_gather_object(gathered, (CELLS, error, own))
-    why = [f"rank {rank}: {err if tag == CELLS else f'its gate ended before scoring its share ({err})'}"
-           for rank, (tag, err, _) in enumerate(gathered) if err is not None or tag == END]
+    why = [f"rank {rank}: {err if tag == CELLS else f'its gate ended before scoring its share ({err or tag})'}"
+           for rank, (tag, err, _) in enumerate(gathered) if err is not None or tag != CELLS]
     if why:
         raise RuntimeError("scoring failed on " + "; ".join(why))
     return [part for _, _, part in gathered]
+
+
+def gather_drawings(drawn: dict) -> dict:
+    """The report's plots every rank drew (``drawn``: this rank's, by key), gathered to every rank; a rank whose run
+    has ended (``end_of_gate``) gives none, and the writing rank draws what is missing."""
+    import torch.distributed as dist
+
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (DRAWINGS, None, drawn))
+    return {key: section for tag, _, part in gathered if tag == DRAWINGS for key, section in part.items()}
 
 
 def end_of_gate(error: str | None = None) -> None:
