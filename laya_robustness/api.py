@@ -27,7 +27,7 @@ from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import FAIL, XPASS
 from laya_robustness.records import ORIG
 from laya_robustness.run.errors import EXIT_LIMIT_CROSSED, HarnessError, UsageError
-from laya_robustness.run.executors.distributed import end_of_gate, world
+from laya_robustness.run.executors.distributed import end_of_gate, sharing_world, world
 from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped, decided_nothing
 from laya_robustness.run.inputs.options import OPTIONS, InMemoryModel, by_field, default_of, parse_settings
 from laya_robustness.run.judged import JudgedTally
@@ -325,14 +325,13 @@ def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, w
     nothing = tally.nothing_judged()
     outcome = run.finish(Ending(status=EXIT_LIMIT_CROSSED if failures else 0, narrowed_by=narrowed,
                                 nothing_judged=nothing))
-    ranks = world() if run.settings.executor == "distributed" else None
-    shared = ranks is not None and ranks[1] > 1  # the other ranks draw the plots of the writing one
+    ranks = sharing_world() if run.settings.executor == "distributed" else None  # the others draw rank 0's plots
     if write:
         from laya_robustness.report.drawn_elsewhere import DrawnElsewhere
         from laya_robustness.report.folder import written_to
 
-        outcome = written_to(outcome, run.report_dir, DrawnElsewhere() if shared else None)
-    elif shared and ranks[0] != 0 and not outcome.harness_errors:  # a broken run ends at once, naming why
+        outcome = written_to(outcome, run.report_dir, None if ranks is None else DrawnElsewhere())
+    elif ranks is not None and ranks[0] != 0 and not outcome.harness_errors:  # a broken run ends at once, naming why
         from laya_robustness.report.drawn_elsewhere import draw_for_writer
 
         draw_for_writer(outcome, *ranks)

@@ -43,7 +43,7 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from laya_robustness.api import GateResult, check_processor, given_options, judge_together
 from laya_robustness.run.errors import HarnessError, UsageError
-from laya_robustness.run.executors.distributed import world
+from laya_robustness.run.executors.distributed import sharing_world, world
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
@@ -221,7 +221,7 @@ class RobustnessCallback(TrainerCallback):
         writes (the others' runs keep their journal in a folder of their own, removed after)."""
         _require_processor(processor)
         _check_sharding(model)
-        ranks, main = _sharing_world(), _main()
+        ranks, main = sharing_world(), _main()
         scratch = None if main else Path(tempfile.mkdtemp(prefix="laya-rank-"))
         in_memory = InMemoryModel(model, processor)
         settings = dataclasses.replace(
@@ -353,14 +353,6 @@ def _calling_trainer(callback) -> Any:
     return None
 
 
-def _sharing_world() -> tuple[int, int] | None:
-    """(rank, world size) of a ``torch.distributed`` world of more than one rank, whose ranks share the gate; None
-    for no world, or a world of this process alone, which gates as one process: nothing to share, and no
-    collective (after one, a rank's own threaded forwards ran up to 40% slower here: ``docs/training.md``)."""
-    ranks = world()
-    return ranks if ranks is not None and ranks[1] > 1 else None
-
-
 def _main() -> bool:
     """Whether this process is the main one (rank 0 of a ``torch.distributed`` world, or no world)."""
     ranks = world()
@@ -379,7 +371,7 @@ def _agreed(stop: bool) -> bool:
     """The main process's stop decision, on every rank (a broadcast under ``torch.distributed``)."""
     import torch.distributed as dist
 
-    if _sharing_world() is None:
+    if sharing_world() is None:
         return stop
     decision = [stop]
     dist.broadcast_object_list(decision, src=0)

@@ -309,10 +309,10 @@ def scope_line(summary: Mapping[str, Any]) -> str | None:
     return scope.get("covered") if isinstance(scope, Mapping) else None
 
 
-def render_html(report: Report, changes: Sequence[str] = (),
-                drawn: Callable[[str], str | None] = lambda name: None) -> str:
+def render_html(report: Report, changes: Sequence[str] = (), drawn: Callable[[str], str | None] | None = None) -> str:
     """The whole page as a string (see the module doc); ``changes``: the baseline comparison in words; ``drawn(name)``:
     plot ``name``'s section (``plot_section``) where it was drawn elsewhere (another rank), else None."""
+    drawn = drawn or (lambda name: None)
     meta = report.summary.get("meta") or {}
     title = f"Robustness report: {model_name(report.summary)}"
     scored = (meta.get("model") or {}).get("scored") if isinstance(meta.get("model"), Mapping) else None

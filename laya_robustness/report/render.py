@@ -54,8 +54,7 @@ def render_report(
         known_ = known or (lambda family, dataset, check: None)
         old = cell_verdicts(baseline_results, known_) if baseline_results is not None else {}
         changes = summary_changes(summary, baseline, report.verdicts if old else {}, old, limit=CHANGE_LINES)
-    page = render_html(report, changes) if drawn is None else render_html(report, changes, drawn)
-    return page, render_markdown(report, changes)
+    return render_html(report, changes, drawn), render_markdown(report, changes)
 
 
 def write_report(out_dir: str | Path, summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *,

@@ -41,6 +41,14 @@ def world() -> tuple[int, int] | None:
     return dist.get_rank(), dist.get_world_size()
 
 
+def sharing_world() -> tuple[int, int] | None:
+    """``world()`` where it has more than one rank, whose ranks share a run; None for no world, or a world of this
+    process alone, which runs as one process: nothing to share, and no collective (after one, the process's threaded
+    forwards ran up to 40% slower here: ``docs/training.md``)."""
+    ranks = world()
+    return ranks if ranks is not None and ranks[1] > 1 else None
+
+
 def check_distributed(values: Mapping[str, Any], xdist_workers: object) -> None:
     """--executor distributed needs an initialised ``torch.distributed`` process group and no xdist (each a usage
     error naming --executor)."""
