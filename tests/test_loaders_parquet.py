@@ -20,6 +20,7 @@ from laya_robustness.loaders.settings import parse_data_map  # noqa: E402
 from laya_robustness.rows import RowError  # noqa: E402
 from laya_robustness.run.inputs.run_inputs import load_source_rows
 from laya_robustness.run.scoring.chunks import Scoring
+from test_loaders_images import cut, encoded  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_ROWS = ROOT / "laya_fixtures" / "rows"
@@ -31,6 +32,9 @@ def _png(colour=(255, 0, 0), size=(8, 8)) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", size, colour).save(buf, format="PNG")
     return buf.getvalue()
+
+
+PNG_CUT, JPEG_CUT = cut(encoded("PNG")), cut(encoded("JPEG"))
 
 
 def _fields(row) -> dict:
@@ -163,6 +167,10 @@ def test_unmapped_columns_are_named_with_the_fix(tmp_path, data_map, problems):
     ("images", pa.array([[], [b"junk"]]), "images[0]", "cannot identify image the 4-byte payload: "
                                                        "UnidentifiedImageError: cannot identify image file "
                                                        "<_io.BytesIO object at"),
+    ("images", pa.array([[], [{"bytes": PNG_CUT, "path": None}]], pa.list_(IMAGE_TYPE)), "images[0]",
+     f"image the {len(PNG_CUT)}-byte payload is cut short or damaged: OSError: "),
+    ("images", pa.array([[], [JPEG_CUT]]), "images[0]",
+     f"image the {len(JPEG_CUT)}-byte payload is cut short or damaged: its data ends before its end-of-image marker"),
 ])
 def test_bad_cells_name_file_row_and_field(tmp_path, column, values, field, problem):
     columns = {"question": ["Q?", "Q?"], "options": [["a", "b"], ["a", "b"]], "label": [0, 1]}

@@ -116,6 +116,17 @@ def test_a_list_of_base64_images_gives_a_multi_image_row(tmp_path):
     assert [im.getpixel((0, 0)) for im in row.images] == [(255, 0, 0), (0, 0, 255)]
 
 
+def test_each_listed_image_of_a_row_is_checked_and_every_bad_one_named(tmp_path):
+    """Two cut images in one row's list, base64 or paths: both named in one report (the first stopped the row)."""
+    cut_b64 = base64.b64encode(_png()[:-20]).decode()
+    path = _tsv(tmp_path, [f"1\t['{cut_b64}', '{B64}', '{cut_b64}']\tQ?\t\ta\tb\t\t\tA\tc\n"])
+    assert [(p.line, p.field_name) for p in _problems(path)] == [(2, "image[0]"), (2, "image[2]")]
+    (tmp_path / "cut.png").write_bytes(_png()[:-20])
+    path = _tsv(tmp_path, ["1\t['cut.png', 'nope.png']\tQ?\ta\tb\tA\n"],
+                header="index\timage_path\tquestion\tA\tB\tanswer\n")
+    assert [(p.line, p.field_name) for p in _problems(path)] == [(2, "image_path[0]"), (2, "image_path[1]")]
+
+
 def test_image_path_column_reads_files_beside_the_tsv(tmp_path):
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "a.png").write_bytes(_png((0, 255, 0)))

@@ -6,9 +6,10 @@ directory, or a directory holding any of them: each ``.jsonl`` / ``.tsv`` is one
 each subdirectory that is a saved dataset or holds parquet shards is a dataset named after it
 (a ``dataset`` column, where there is one, names the dataset of each row instead).
 
-:func:`scan_rows` validates every row and checks every image from its header, and decodes no
-pixels; :func:`load_rows` also decodes them. Row ids must be unique across all files. Every file is read to its
-end and the problems of all of them raised together, as one ``RowErrors`` (``loaders.problems``).
+:func:`scan_rows` validates every row and checks every image from its header and whole (``images.cut_short``),
+decoding no PNG or JPEG pixels; :func:`load_rows` also decodes them. Row ids must be unique across all files.
+Every file is read to its end and the problems of all of them raised together, as one ``RowErrors``
+(``loaders.problems``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from laya_robustness.loaders.images import ImageRef, Where, file_image, payload_image
-from laya_robustness.loaders.problems import Problems, RowErrors, attempt
+from laya_robustness.loaders.problems import Problems, RowErrors, each
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.validate import SourceRow, kind, record_row
 from laya_robustness.rows import RECORD_FIELDS, RowError
@@ -106,11 +106,7 @@ def _image_refs(where: Where, base_dir: Path, data_root: Path, settings: LoadSet
             return ()
         if not isinstance(value, list):
             return (one(value, "images"),)
-        found: list = []
-        out = tuple(attempt(found, one, item, f"images[{i}]") for i, item in enumerate(value))
-        if found:
-            raise RowErrors(found)
-        return out
+        return each(one, value, "images")
 
     return refs
 

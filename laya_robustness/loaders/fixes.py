@@ -18,6 +18,8 @@ from laya_robustness.rows import RowError
 #: The fixes of problems that are not about one field's format.
 OUTSIDE_DATA = "move the image under the data directory, or pass --allow-outside-data yes if it is meant to be read"
 LARGE_IMAGE = "raise --max-image-pixels if the image is meant to be that large, or make it smaller"
+DAMAGED_IMAGE = ("the image was cut short or damaged (in a download, a copy or an export): write it again from its "
+                 "source, whole, or leave the row out")
 TOO_LONG = "fix what wrote the file: a cell ran into the next, or a whole file landed in one field"
 NOT_UTF8 = "save the file as UTF-8"
 META = ("'meta': an object of your own keys; those a family reads: rotation_variant true or false, rephrasings a "

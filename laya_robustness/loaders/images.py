@@ -1,9 +1,9 @@
-"""Where a row's images are (a file or an encoded payload), checked from the header at load, decoded when used.
+"""Where a row's images are (a file or an encoded payload), checked at load, decoded when used.
 
 An :class:`ImageRef` is made for every image a loader reads: the path rules, the payload-size
-bound and the pixel limit are checked then, from the file size and the image header, so a bad
-image stops the run before any scoring; the pixels are decoded only by :meth:`ImageRef.decode`,
-for the rows that are sampled.
+bound and the pixel limit are checked then, from the file size and the image header, and the
+image is checked whole (``cut_short``), so a bad image stops the run before any scoring; the
+pixels are decoded only by :meth:`ImageRef.decode`, for the rows that are sampled.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from laya_robustness.loaders.fixes import LARGE_IMAGE, OUTSIDE_DATA
+from laya_robustness.loaders.fixes import DAMAGED_IMAGE, LARGE_IMAGE, OUTSIDE_DATA
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.rows import RowError, location
 
@@ -171,8 +171,56 @@ def _too_large(ref: ImageRef, size_text: str) -> RowError:
                                            f"{ref.max_pixels:,} (raise it with --max-image-pixels)", LARGE_IMAGE)
 
 
+#: The bytes of a JPEG marker with no length after it: TEM, RST0-7, SOI (and 0x00, a stuffed 0xFF in a scan).
+_JPEG_STANDALONE = frozenset([0x00, 0x01, *range(0xD0, 0xD9)])
+
+
+def jpeg_ends_whole(data: bytes) -> bool:
+    """Whether a JPEG's segments and scans run to its end-of-image marker (EOI), skipping each segment by its length
+    (so an EOI in a comment or an EXIF thumbnail does not count); bytes after the EOI are not read. Pillow refuses a
+    JPEG without its EOI ("image file is truncated") unless ``ImageFile.LOAD_TRUNCATED_IMAGES`` is set.
+
+    >>> jpeg = bytes.fromhex("ffd8" "fffe0004ffd9" "ffda0002" "12ff0034ffd0" "ffd9")  # SOI COM SOS scan EOI
+    >>> jpeg_ends_whole(jpeg), jpeg_ends_whole(jpeg + b"after"), jpeg_ends_whole(jpeg[:-2]), jpeg_ends_whole(jpeg[:8])
+    (True, True, False, False)
+    """
+    pos = 2  # after SOI
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0 or pos + 1 >= len(data):
+            return False
+        marker = data[pos + 1]
+        if marker == 0xD9:
+            return True
+        if marker == 0xFF:  # a fill byte before a marker
+            pos += 1
+        elif marker in _JPEG_STANDALONE:
+            pos += 2
+        else:  # a segment: its length counts itself, not the marker
+            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+
+
+def cut_short(im: Image.Image) -> str | None:
+    """Why the opened image ``im`` is not whole (None: it is), without changing Pillow's globals: a PNG's chunks are
+    read to IEND and their CRCs checked (``verify``), a JPEG's segments and scans to its EOI (``jpeg_ends_whole``),
+    neither decoding a pixel; an image of another format is decoded (``load``)."""
+    try:
+        if im.format == "PNG":
+            im.verify()
+        elif im.format in ("JPEG", "MPO"):
+            im.fp.seek(0)
+            if not jpeg_ends_whole(im.fp.read()):
+                return "its data ends before its end-of-image marker"
+        else:
+            im.load()
+    except Exception as exc:  # any failure of a user's image is a data error, named as such
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def _open(ref: ImageRef, decode: bool) -> Image.Image | None:
-    """Open ``ref``: the header's size against the limit, then (``decode``) the RGB pixels."""
+    """Open ``ref``: the header's size against the limit, then (``decode``) the RGB pixels, or (not) whether it is
+    whole (``cut_short``)."""
     source = ref.file if ref.file is not None else io.BytesIO(ref.payload)
     problem = None
     with _pillow_limit(ref.max_pixels):
@@ -183,6 +231,9 @@ def _open(ref: ImageRef, decode: bool) -> Image.Image | None:
                     problem = _too_large(ref, f"{width:,} x {height:,} = {width * height:,}")
                 elif decode:
                     return im.convert("RGB")
+                elif (why := cut_short(im)) is not None:
+                    problem = ref.where.error(ref.field_name, f"image {ref.name} is cut short or damaged: {why}",
+                                              DAMAGED_IMAGE)
                 else:
                     return None
         except Image.DecompressionBombError as exc:

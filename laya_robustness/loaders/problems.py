@@ -81,6 +81,16 @@ def attempt(found: list[RowError], check: Callable[..., Any], *args, **kwargs) -
         return FAILED
 
 
+def each(check: Callable[[Any, str], Any], items, field_name: str) -> tuple:
+    """``check(item, "<field_name>[i]")`` of every item, or the RowErrors of all their problems: each item of a
+    list field checked, however many fail."""
+    found: list[RowError] = []
+    out = tuple(attempt(found, check, item, f"{field_name}[{i}]") for i, item in enumerate(items))
+    if found:
+        raise RowErrors(found)
+    return out
+
+
 def row_problems(found: list[RowError], row_kind: str | None) -> RowErrors:
     """The problems of one row (``found``), each given the fix for its field in a row of ``row_kind``."""
     return RowErrors([with_fix(p, row_kind) for p in found])

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from laya_robustness.loaders.fixes import NOT_UTF8, TOO_LONG
 from laya_robustness.loaders.images import ImageRef, Where, check_payload_size, file_image, payload_image
-from laya_robustness.loaders.problems import FAILED, Problems, RowErrors, attempt, row_problems
+from laya_robustness.loaders.problems import FAILED, Problems, RowErrors, attempt, each, row_problems
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.validate import SourceRow, bounded, duplicate
 from laya_robustness.rows import LETTERS, OPEN_LABEL, Row, RowError
@@ -109,15 +109,15 @@ def _images(cells, where: Where, path: Path, data_root: Path, settings: LoadSett
     if image is not None:
         if _is_list(image):
             items = _literal_list(image, where, "image")
-            return tuple(_b64_image(b64, where, f"image[{i}]", settings) for i, b64 in enumerate(items)), None
+            return each(lambda b64, name: _b64_image(b64, where, name, settings), items, "image"), None
         if len(image) <= REFERENCE_MAX_CHARS:
             return (), image
         return (_b64_image(image, where, "image", settings),), None
     image_path = _value(cells, "image_path")
     if image_path is not None:
         paths = _literal_list(image_path, where, "image_path") if _is_list(image_path) else [image_path]
-        return tuple(file_image(where, f"image_path[{i}]" if len(paths) > 1 else "image_path", p, path.parent,
-                                data_root, settings) for i, p in enumerate(paths)), None
+        one = lambda p, name: file_image(where, name, p, path.parent, data_root, settings)  # noqa: E731
+        return each(one, paths, "image_path") if len(paths) > 1 else (one(paths[0], "image_path"),), None
     columns = [c for c in ("image", "image_path") if c in cells]
     raise where.error(columns[0], _missing(cells, columns[0]) + " (a row needs an image; "
                       "VLMEvalKit leaves rows without one out)")

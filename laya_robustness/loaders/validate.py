@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from laya_robustness.loaders.fixes import TOO_LONG
 from laya_robustness.loaders.images import ImageRef, Where, file_image
-from laya_robustness.loaders.problems import FAILED, RowErrors, attempt, row_problems
+from laya_robustness.loaders.problems import FAILED, RowErrors, attempt, each, row_problems
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.rows import OPEN_LABEL, PRIMITIVES, RECORD_FIELDS, Row, RowError, user_meta_problem
 
@@ -247,11 +247,7 @@ def manifest_images(where: Where, base_dir: Path, data_root: Path, settings: Loa
             return ()
         if not isinstance(value, list):
             raise where.error("images", f"expected a list of relative paths, got {kind(value)}")
-        found: list[RowError] = []
-        out = tuple(attempt(found, one, item, f"images[{i}]") for i, item in enumerate(value))
-        if found:
-            raise RowErrors(found)
-        return out
+        return each(one, value, "images")
 
     def one(item: Any, field_name: str) -> ImageRef:
         if not isinstance(item, str):
