@@ -17,17 +17,35 @@ scoring raised says so in its share, and every rank raises it, naming the rank. 
 gate raised before it shared its chunks) calls ``end_of_gate``, as every rank does once its run is over, which
 gathers until every rank has ended; a rank still scoring meets it at its next gather, raises, and ends too; a rank
 handing over the plots it drew (``gather_drawings``) meets it, and ends.
+
+No rank is trusted to have scored what the others did: before any chunk is scored, every rank tells the others
+what it is about to score (``agreement``: its scorer's weights and scoring configuration, the journal's
+``config_fingerprint``, and every planned row's content key, in order), and a rank that differs from rank 0 ends the
+run on every rank (``RanksDisagree``, exit 3) naming it and what differs: other weights, other settings or other
+rows are never merged into one report. The records each rank found in its journal (``--resume``) are shared in
+the same gather, so every rank cuts the same pending chunks whatever journal folder it read.
+
+The gate gathers in a gloo group of its own (``_group``: the objects stay on the CPU whatever the world's backend),
+whose timeout bounds how long a rank waits at a gather for the others (``stall_seconds()``: ``LAYA_RANK_STALL_S``,
+default 600; the shares differ by at most one chunk, so that is the time one chunk may take). A world that breaks
+under a gather (a rank killed or lost, or one that did not come in time) is a ``WorldBroken`` (exit 3) naming the
+gather and why, and the gate makes no collective after it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+import hashlib
+import os
+from datetime import timedelta
+from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
-from laya_robustness.run.errors import UsageError
+from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.executors.local import LocalExecutor
 from laya_robustness.run.scoring.cells import CellPlan, CellProgress, CellWork
+from laya_robustness.run.scoring.journal import Journal, row_key
+from laya_robustness.scoring.loading import short_hashes
 
 
 def world() -> tuple[int, int] | None:
@@ -61,24 +79,94 @@ def check_distributed(values: Mapping[str, Any], xdist_workers: object) -> None:
                          f"{xdist_workers}): drop -n", "--executor")
 
 
-#: The tags of a run's gathers: a rank's share of the cells' records, the report's plots it drew for the writing
-#: rank (``report.drawn_elsewhere``), and the end of its run.
-CELLS, DRAWINGS, END = "cells", "drawings", "end"
+#: The tags of a run's gathers: what a rank is about to score (``agreement``), a rank's share of the cells' records,
+#: the report's plots it drew for the writing rank (``report.drawn_elsewhere``), and the end of its run.
+AGREE, CELLS, DRAWINGS, END = "agree", "cells", "drawings", "end"
+#: Seconds a rank waits at a gather for the others, unless ``LAYA_RANK_STALL_S`` says otherwise.
+STALL_S = 600.0
 
 
-def gather_cells(error: str | None, own: dict) -> list[dict]:
-    """Every rank's share of records (``own``: chunk number -> records), gathered to every rank; a ``RuntimeError``
-    naming each rank whose scoring raised (``error``) or whose run has gone past its scoring (ended, or handing
-    over its drawings), on every rank."""
+class RanksDisagree(HarnessError):
+    """The ranks are about to score other weights, settings or rows than rank 0: nothing is merged (exit 3)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, stops_run=True)
+
+
+class WorldBroken(HarnessError):
+    """The ``torch.distributed`` world broke under one of the gate's gathers (a rank killed or lost; exit 3)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, stops_run=True)
+
+
+def stall_seconds() -> float:
+    """How long a rank waits at a gather for the others (``LAYA_RANK_STALL_S``, else ``STALL_S``);
+    a value that is no positive number is a ``UsageError`` naming the variable."""
+    text = os.environ.get("LAYA_RANK_STALL_S")
+    if text is None:
+        return STALL_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"LAYA_RANK_STALL_S: {text!r} is not a positive number of seconds",
+                         hint="set LAYA_RANK_STALL_S=600, or unset it")
+    return value
+
+
+_groups: dict[int, Any] = {}
+
+
+def _group():
+    """The gloo group the gate gathers in (its objects stay on the CPU whatever the world's backend), made by every
+    rank together at its first gather with ``stall_seconds()`` as its timeout, and kept while the world lives."""
     import torch.distributed as dist
 
+    world_group = id(dist.group.WORLD)
+    if world_group not in _groups:
+        _groups.clear()
+        _groups[world_group] = dist.new_group(backend="gloo", timeout=timedelta(seconds=stall_seconds()))
+    return _groups[world_group]
+
+
+#: Why the world the gate gathers in broke (``WorldBroken``), by the id of its default group: no gather after it.
+_broken: dict[int, str] = {}
+
+
+def _gathered(tag: str, error: str | None, payload: Any) -> list[tuple[str, str | None, Any]]:
+    """Every rank's ``(tag, error, payload)`` at this rank's next gather (in ``_group``); ``WorldBroken`` when the
+    world broke under it (a rank died, or one did not arrive within ``stall_seconds()``) or before it: no gather is
+    made after one broke."""
+    import torch.distributed as dist
+
+    world_group = id(dist.group.WORLD)
+    if world_group in _broken:
+        raise WorldBroken(_broken[world_group])
     gathered: list = [None] * dist.get_world_size()
-    if len(gathered) == 1:  # a world of this process alone: nothing to gather
-        gathered[0] = (CELLS, error, own)
-    else:
-        dist.all_gather_object(gathered, (CELLS, error, own))
-    why = [f"rank {rank}: {err if tag == CELLS else f'its gate ended before scoring its share ({err or tag})'}"
-           for rank, (tag, err, _) in enumerate(gathered) if err is not None or tag != CELLS]
+    try:
+        dist.all_gather_object(gathered, (tag, error, payload), group=_group())
+    except RuntimeError as exc:  # gloo's errors (DistBackendError is one): a peer died, was lost or never came
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        late = "timed out" in first.lower() or "timeout" in first.lower()
+        _broken[world_group] = (
+            f"rank {dist.get_rank()} " + (f"waited more than {stall_seconds():g} s" if late else "lost a rank") +
+            f" at the gate's {tag} gather ({first}): a rank " + ("hung, or its share takes longer than "
+                                                                 "LAYA_RANK_STALL_S allows" if late else
+                                                                 "died, was killed or lost its connection"))
+        raise WorldBroken(_broken[world_group]) from None
+    return gathered
+
+
+def gather_cells(error: str | None, own: dict, tag: str = CELLS) -> list[dict]:
+    """Every rank's share of records (``own``: chunk number -> records; or, with ``tag`` ``AGREE``, what it is about
+    to score), gathered to every rank; a ``RuntimeError`` naming each rank whose scoring raised (``error``) or whose
+    run has gone past its scoring (ended, or handing over its drawings), on every rank."""
+    alone = world() is None or world()[1] == 1  # a world of this process alone: nothing to gather
+    gathered = [(tag, error, own)] if alone else _gathered(tag, error, own)
+    why = [f"rank {rank}: {err if other == tag else f'its gate ended before scoring its share ({err or other})'}"
+           for rank, (other, err, _) in enumerate(gathered) if err is not None or other != tag]
     if why:
         raise RuntimeError("scoring failed on " + "; ".join(why))
     return [part for _, _, part in gathered]
@@ -87,23 +175,57 @@ def gather_cells(error: str | None, own: dict) -> list[dict]:
 def gather_drawings(drawn: dict) -> dict:
     """The report's plots every rank drew (``drawn``: this rank's, by key), gathered to every rank; a rank whose run
     has ended (``end_of_gate``) gives none, and the writing rank draws what is missing."""
-    import torch.distributed as dist
-
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (DRAWINGS, None, drawn))
+    gathered = _gathered(DRAWINGS, None, drawn)
     return {key: section for tag, _, part in gathered if tag == DRAWINGS for key, section in part.items()}
 
 
 def end_of_gate(error: str | None = None) -> None:
     """This rank's run is over (``error``: why it ended early): wait until every rank's is, meeting the gathers of
-    ranks still scoring (``gather_cells``), which then raise and end too. Every rank calls it once per run."""
-    import torch.distributed as dist
-
-    while dist.get_world_size() > 1:
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, (END, error or "no error", None))
+    ranks still scoring (``gather_cells``), which then raise and end too. Every rank calls it once per run; after the
+    world broke under a gather (``WorldBroken``) it waits for nothing."""
+    ranks = world()
+    while ranks is not None and ranks[1] > 1:
+        try:
+            gathered = _gathered(END, error or "no error", None)
+        except WorldBroken:  # no rank to wait for
+            return
         if all(tag == END for tag, _, _ in gathered):
             return
+
+
+def agreement(identity: Mapping, cells: Sequence[tuple[Journal, Sequence[Row]]], keys: Sequence[tuple]) -> dict:
+    """What this rank is about to score: its scorer's model and weights (``identity``), the journals' scoring
+    configuration, a digest of the planned cells (``keys``) and every row's content in order (``cells``: each cell's
+    journal and rows), and the records its journals already hold for them (``found``: row key -> record)."""
+    rows, found = hashlib.sha256(repr(list(keys)).encode()), {}
+    for journal, cell_rows in cells:
+        for row in cell_rows:
+            rows.update(row_key("", row).encode())
+            key = row_key(journal.config, row)
+            if key in journal.known:
+                found[key] = journal.known[key]
+    return {"model": str(identity.get("model")), "weights": identity.get("weights_sha256"),
+            "config": sorted({journal.config for journal, _ in cells}), "rows": rows.hexdigest(), "found": found}
+
+
+def disagreement(parts: Sequence[Mapping]) -> str | None:
+    """How the ranks' ``agreement`` differ from rank 0's (weights, then settings, then rows), or None when they
+    do not."""
+    first, why = parts[0], []
+    for rank, part in enumerate(parts[1:], start=1):
+        if part["weights"] != first["weights"] or (not first["weights"] and part["model"] != first["model"]):
+            why.append(f"rank {rank} scores model {part['model']!r} with weights {short_hashes(part['weights'])}, "
+                       f"rank 0 model {first['model']!r} with weights {short_hashes(first['weights'])}")
+        elif part["config"] != first["config"]:
+            why.append(f"rank {rank} scores with other settings than rank 0 (scorer, precision, scoring path, batch "
+                       "size, temperatures or attention kernel)")
+        elif part["rows"] != first["rows"]:
+            why.append(f"rank {rank} was given other rows or cells than rank 0 (its rows' digest "
+                       f"{part['rows'][:12]}, rank 0's {first['rows'][:12]})")
+    if not why:
+        return None
+    return ("the ranks would score different things, so their records cannot make one report: " + "; ".join(why) +
+            ": give every rank the same model, data, families, rows_per_set, seed and scoring options")
 
 
 def share(sizes: Sequence[int], ranks: int) -> list[int]:
@@ -164,14 +286,16 @@ class SharedCells:
         import torch.distributed as dist
 
         rank, size = dist.get_rank(), dist.get_world_size()
-        works = []
-        for key in keys:
-            plan = self.plan_of(key)
-            work = plan.work()
+        plans = [self.plan_of(key) for key in keys]
+        works = [plan.work() for plan in plans]
+        try:
+            self._agree(works, plans, keys)
+        except RuntimeError as exc:
+            self._fail(works, exc)
+        for plan, work in zip(plans, works):
             rows = list(plan.rows)
             work.extend(rows, plan.chunks(rows))
             work.scoring.complete = True
-            works.append(work)
         chunks = [(c, i) for c, work in enumerate(works) for i in range(len(work.scoring.pending))]
         owner = share([len(works[c].scoring.pending[i][0]) for c, i in chunks], size)
         own: dict[int, list[Record]] = {}
@@ -186,16 +310,33 @@ class SharedCells:
         try:
             gathered = gather_cells(error, own)
         except RuntimeError as exc:
-            for work in works:
-                work.close()
-            self.error = exc
-            raise
+            self._fail(works, exc)
         for part in gathered:
             for n, records in part.items():
                 if owner[n] != rank:
                     c, i = chunks[n]
                     works[c].scoring.finish(i, records)
         self.scored.update(zip(keys, works))
+
+    def _agree(self, works: list[CellWork], plans: list[CellPlan], keys: list[tuple]) -> None:
+        """Every rank is about to score the same (``agreement``), or ``RanksDisagree`` on every rank; the records
+        any rank's journal holds for these rows become every rank's (so all cut the same pending chunks)."""
+        identity = getattr(self.scoring.scorer, "identity", {}) or {}
+        mine = agreement(identity, [(work.scoring.journal, plan.rows) for plan, work in zip(plans, works)], keys)
+        parts = gather_cells(None, mine, AGREE)
+        why = disagreement(parts)
+        if why:
+            raise RanksDisagree(why)
+        for work in works:
+            for part in parts:
+                work.scoring.journal.known.update(part["found"])
+
+    def _fail(self, works: list[CellWork], exc: BaseException) -> NoReturn:
+        """Let the cells' images go and remember ``exc`` for every later ask; raise it."""
+        for work in works:
+            work.close()
+        self.error = exc
+        raise exc
 
     def close(self) -> None:
         """Let every cell not handed over go (its images)."""
