@@ -138,6 +138,9 @@ def test_an_install_step_is_one_ci_takes_from_scratch(page, command):
             unknown = set(named.group(1).split(",")) - extras
             assert not unknown, f"{page}: {command!r} names extras {unknown} pyproject.toml does not declare"
             assert '-e ".[test]"' in ci
+            if "test" in named.group(1):  # the README's install resolves what CI's does
+                assert "-c .ci/constraints.txt" in command and '-e ".[test]" -c .ci/constraints.txt' in ci, \
+                    f"{page}: {command!r} resolves other versions than .ci/run's install"
         else:
             assert f'"{spec}"' in ci or f" {spec}" in ci, f"{page}: .ci/run does not install {spec!r}"
 
