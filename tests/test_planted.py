@@ -92,13 +92,13 @@ def test_the_regression_checks_against_another_run_of_the_same_model_and_against
     before = _run_dir(tmp_path / "before", records)
     same = null_regression(_run_dir(tmp_path / "same", records), before, 1, Path("thresholds.toml"))
     assert same["failed"] == [] and same["checks"] == 3  # orig and text accuracy, text flips
-    assert same["m"] == 100 + 3
+    assert same["m"] == 3 and same["level"] == 0.05 / 3  # the pair's paired headlines, not the run's limits
     worse = [dict(r, argmax=(r["label"] + 1) % len(r["logits"])) if r["family"] == "text" and i % 3 == 0 else r
              for i, r in enumerate(records)]
     red = null_regression(_run_dir(tmp_path / "worse", worse), before, 1, Path("thresholds.toml"))
     assert {(f["family"], f["check"]) for f in red["failed"]} == {("text", "max_regression"),
                                                                   ("text", "max_flip_regression")}
-    assert red["worst"]["family"] == "text" and red["worst"]["z"] > 3
+    assert red["worst"]["family"] == "text" and red["worst"]["p_worse"] < 0.05 / 3
     result = {"seeds": 3, "false_alarm_rate": 0.0, "red_seeds": [], "checks": {},
               "null_regression": {"comparisons": 2, "red": 1, "false_alarm_rate": 0.5, "per_comparison": [same, red]}}
     assert "red in 1 of 2 comparisons (false-alarm rate 0.500)" in format_calibration(result)

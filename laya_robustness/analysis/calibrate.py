@@ -127,11 +127,13 @@ def thresholds_of(extra: Sequence[str]) -> Path:
 
 
 def null_regression(now_dir: Path, before_dir: Path, seed: int, thresholds: Path) -> dict:
-    """The regression checks of one run against another run of the same model (see the module doc): every
-    family's "all" cell judged on its interval at alpha / m, m the run's interval-judged checks plus these."""
+    """The regression checks of one run against another run of the same model (see the module doc), judged as
+    ``--baseline``, ``compare`` and ``trend`` judge them (``gate.regression``: every family's "all" cell at
+    alpha / m, m the paired headlines of the pair): their false alarms are those of every path."""
     from laya_robustness.families import compares_flips
-    from laya_robustness.gate.judgement import Judgement, evaluate_cell
     from laya_robustness.gate.limits import regression_limits
+    from laya_robustness.gate.regression import (change_call, regression_headlines, regression_level,
+                                                 regression_results)
     from laya_robustness.metrics.baseline import ALL, baseline_block
     from laya_robustness.predictions import read_predictions
     from laya_robustness.report import load_limits
@@ -142,17 +144,18 @@ def null_regression(now_dir: Path, before_dir: Path, seed: int, thresholds: Path
     block = baseline_block(now, before, flip_families=flip_families, seed=seed)
     summary = json.loads((Path(now_dir) / "summary.json").read_text(encoding="utf-8"))
     gate = load_limits(summary, thresholds, None).gate
+    level = regression_level(gate, block)
     cells = {family: (cell[ALL], regression_limits(gate, family, cell[ALL])) for family, cell in block.items()}
-    run_checks = json.loads((Path(now_dir) / "checks.json").read_text(encoding="utf-8"))["meta"]["interval_checks"]
-    m = run_checks + sum(len(limits) for _, limits in cells.values())
-    judge = Judgement(lambda check: gate.judge, gate.alpha_each(m))
-    results = [(family, r) for family, (cell, limits) in sorted(cells.items())
-               for r in evaluate_cell(family, ALL, cell, limits, judge)]
-    worst = max((r for _, r in results if r.z is not None), key=lambda r: r.z, default=None)
-    return {"seed": seed, "against_seed": seed - 1, "m": m, "checks": len(results),
-            "failed": [{"family": f, "check": r.check, "value": r.value, "z": r.z} for f, r in results if not r.passed],
-            "worst": {"family": worst.family, "check": worst.check, "value": worst.value, "z": round(worst.z, 3)}
-            if worst else None}
+    results = [r for family, (cell, limits) in sorted(cells.items())
+               for r in regression_results(family, cell, limits, level)]
+    calls = [(family, check, call) for family, (cell, limits) in sorted(cells.items()) for check in limits
+             if (call := change_call(cell, check, limits[check], level)) is not None]
+    worst = min(calls, key=lambda c: c[2].p_worse, default=None)
+    return {"seed": seed, "against_seed": seed - 1, "m": regression_headlines(gate, block), "level": level,
+            "checks": len(results),
+            "failed": [{"family": r.family, "check": r.check, "value": r.value} for r in results if not r.passed],
+            "worst": {"family": worst[0], "check": worst[1], "value": worst[2].diff,
+                      "p_worse": round(worst[2].p_worse, 4)} if worst else None}
 
 
 def format_calibration(result: dict) -> str:
@@ -166,8 +169,9 @@ def format_calibration(result: dict) -> str:
                  f"(false-alarm rate {result['false_alarm_rate']:.3f}; red seeds: {result['red_seeds']})")
     if "null_regression" in result:
         n = result["null_regression"]
-        lines.append(f"regression checks against the previous seed's predictions (the same model): red in {n['red']} "
-                     f"of {n['comparisons']} comparisons (false-alarm rate {n['false_alarm_rate']:.3f})")
+        lines.append(f"regression checks against the previous seed's predictions (the same model), as --baseline, "
+                     f"compare and trend judge them: red in {n['red']} of {n['comparisons']} comparisons (false-alarm "
+                     f"rate {n['false_alarm_rate']:.3f})")
     if "planted" in result:
         p = result["planted"]
         lines.append(f"planted regression ({p['rate']:.0%} of {p['family']}'s answers moved): caught in {p['caught']} "

@@ -237,10 +237,12 @@ _KINDS = (
     CheckKind("min_pr", 0.0, 1.0, _min_pr, "pr_min", "pr_min_se", False,
               "the worst attribute's positive rate", "PR of every attribute >= {limit}", worst.worst_lgip),
     CheckKind("max_regression", 0.0, 1.0, _max_regression, "acc_diff", "acc_diff_se", False,
-              "accuracy change vs the baseline", "upper end of its interval >= -{limit}", worst.worst_drop,
+              "accuracy change vs the baseline", "no loss past {limit} beyond noise at the pair's level",
+              worst.worst_drop,
               negated=True),
     CheckKind("max_flip_regression", 0.0, 1.0, _max_flip_regression, "flip_diff", "flip_diff_se", True,
-              "flip-rate change vs the baseline", "lower end of its interval <= {limit}", worst.worst_flip),
+              "flip-rate change vs the baseline", "no rise past {limit} beyond noise at the pair's level",
+              worst.worst_flip),
 )
 #: name -> declaration, in the order a cell's checks are evaluated.
 CATALOGUE: dict[str, CheckKind] = {k.name: k for k in _KINDS}

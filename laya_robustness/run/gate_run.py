@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from laya_robustness.families import get_family
 from laya_robustness.gate.judgement import Judgement, evaluate_cell, evaluate_invariance
 from laya_robustness.gate.limits import regression_limits
+from laya_robustness.gate.regression import regression_level, regression_results
 from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
@@ -271,13 +272,12 @@ class GateRun:
 
     @property
     def n_interval_checks(self) -> int:
-        """m: how many limits of the whole run are judged on their interval (each gets alpha / m), the
-        regression checks against a --baseline included."""
+        """m: how many limits of the whole run are judged on their interval (each gets alpha / m); the regression
+        checks against a --baseline are a family of their own (``gate.regression``), so a run's limits are judged
+        alike with or without one."""
         if self._n_interval_checks is None:
             t = self.thresholds
             m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
-            if self._settings.baseline is not None and t.gate.judge == "interval":
-                m += sum(len(regression_limits(t.gate, f)) for f in {f for f, _ in self.run_cells()})
             self._n_interval_checks = m
         return self._n_interval_checks
 
@@ -291,9 +291,9 @@ class GateRun:
         records = [r for d in datasets for r in self.family_records(family, d, device)]
         summary = summarize(records, seed=self.seed, baseline=self._inputs.baseline_records, cache=self._cells)
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
-        limits = _regression_limits(self.thresholds.gate, family, cell)
-        judge = Judgement(lambda check: self.thresholds.gate.judge, self.thresholds.gate.alpha_each(self.n_interval_checks))
-        results = evaluate_cell(family, ALL, cell, limits, judge)
+        gate = self.thresholds.gate
+        limits = _regression_limits(gate, family, cell)
+        results = regression_results(family, cell, limits, regression_level(gate, [f for f, _ in self.run_cells()]))
         self._held.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
         return RegressionCheck(family, results, cell)
 
