@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from laya_robustness.run.files import atomic_write, staged_folder
+from laya_robustness.run.files import atomic_write, refuse_other, staged_folder
 
 FIXTURES = Path("laya_fixtures")
 HARNESS_ERROR, USAGE_ERROR = 3, 4
@@ -178,8 +178,10 @@ def _fixture_clip(args) -> int:
 
 
 def _fixture_gguf(args) -> int:
-    from laya_robustness.fixtures.gguf import sha256, write_gguf
+    from laya_robustness.fixtures.gguf import FILES, sha256, write_gguf
 
+    for name in FILES:  # renamed over by the converter's output: a link or device there is refused (exit 4)
+        refuse_other(args.out / name)
     try:
         paths = write_gguf(args.out, source=args.llama_cpp, checkpoint=args.checkpoint)
     except FileNotFoundError:  # no converter: main() reports it as bad input
@@ -199,7 +201,7 @@ def _export_parquet(args) -> int:
     # the export keeps every image at its size (the gate scales them down when it reads them)
     settings = LoadSettings(args.data_map, args.max_image_pixels, args.allow_outside_data, max_image_side=0)
     try:
-        paths = export_parquet(args.data, args.out, settings)  # RowError, FileNotFoundError: see main()
+        paths = export_parquet(args.data, args.out, settings, write=atomic_write)  # RowError, FileNotFoundError
     except ImportError as exc:  # the datasets extra is not installed
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR

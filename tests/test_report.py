@@ -330,7 +330,7 @@ def test_markdown_comment(run, limits, tmp_path):
     assert f"{text['acc']:.3f} / {text['delta']:+.3f} / {text['flip']:.3f} / {text['ece']:.3f}" in md
     assert "the examples show no images" in md  # no source rows given
     failed = [r for r in results if not r.passed]
-    assert all(f"`{r.family}/{r.dataset}` {r.check}:" in md for r in failed)
+    assert all(f"- **FAIL** {r.family}/{r.dataset} {r.check}:" in md for r in failed)
 
 
 def test_cli_renders_from_the_files_with_a_baseline(run, tmp_path, tmp_path_factory, capsys, monkeypatch):

@@ -126,7 +126,7 @@ def test_gate_prints_progress_every_block_and_writes_the_reports(gate):
     page = (gate.path / "reports" / "report.html").read_text()
     assert 'class="tag fail"' in page and 'id="ex-option_order"' in page and "data:image/png" in page
     md = (gate.path / "reports" / "summary.md").read_text()
-    assert "**FAIL** `option_order/colour_choice` max_flip" in md
+    assert "**FAIL** option_order/colour_choice max_flip" in md
     pytest.LineMatcher(unwrap(result.stdout.lines)).fnmatch_lines(["reports in */reports/: *report.html, summary.md*"])
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any, Callable
 
 from laya_robustness.loaders import scan_rows
 from laya_robustness.loaders.arrow import EXTRA_HINT
@@ -45,10 +46,13 @@ def _record(source: SourceRow) -> dict:
     }
 
 
-def export_parquet(data: str | Path, out_dir: str | Path, settings: LoadSettings | None = None) -> list[Path]:
+def export_parquet(data: str | Path, out_dir: str | Path, settings: LoadSettings | None = None,
+                   write: Callable[[Path, Any], None] | None = None) -> list[Path]:
     """Write every dataset under ``data`` as ``out_dir/<dataset>.parquet``; returns the paths written.
 
-    Rows keep their order; loading ``out_dir`` gives the same rows (ids, fields, pixels) as ``data``.
+    Rows keep their order; loading ``out_dir`` gives the same rows (ids, fields, pixels) as ``data``. ``write(path,
+    data)`` writes each file's bytes (the command line's ``run.files.atomic_write``, which refuses a target that is not
+    a regular file); without it pyarrow writes the file.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -64,6 +68,11 @@ def export_parquet(data: str | Path, out_dir: str | Path, settings: LoadSettings
     for name, rows in sorted(by_dataset.items()):
         table = pa.Table.from_pylist([_record(r) for r in rows], schema=features.arrow_schema)
         path = out_dir / f"{name}.parquet"
-        pq.write_table(table, path)
+        if write is None:
+            pq.write_table(table, path)
+        else:
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            write(path, memoryview(sink.getvalue()))
         written.append(path)
     return written

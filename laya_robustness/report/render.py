@@ -6,7 +6,6 @@ files and rebuilding the shown rows from the data.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -66,39 +65,35 @@ def write_report(out_dir: str | Path, summary: Mapping[str, Any], records: Seque
     return write_all({out / html_name: page, out / md_name: comment})
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
 def load_run(predictions: str | Path) -> tuple[dict, list, dict | None]:
-    """(summary, records, invariance) of a predictions file: the summary.json beside it (else the records
-    summarised, with seed 0), and the invariance.json beside it when there is one."""
-    from laya_robustness.predictions import read_predictions
+    """(summary, records, invariance) of a predictions file: the summary.json beside it, checked against the records
+    (``report.read_back``; else the records summarised, with seed 0), and the invariance.json beside it when there
+    is one."""
+    from laya_robustness.report.read_back import (SUMMARY, check_against_records, read_json_object, read_records,
+                                                  read_summary)
 
     predictions = Path(predictions)
-    records = read_predictions(predictions)
-    beside = predictions.parent / "summary.json"
+    records = read_records(predictions)
+    beside = predictions.parent / SUMMARY
     if beside.is_file():
-        summary = _read_json(beside)
+        summary = read_summary(beside)
+        check_against_records(summary, records, beside, predictions)
     else:
         from laya_robustness.summary import summarize
 
         summary = summarize(records)
     inv = predictions.parent / "invariance.json"
-    return summary, records, _read_json(inv) if inv.is_file() else None
+    return summary, records, read_json_object(inv, inv.name) if inv.is_file() else None
 
 
 def load_summary(path: str | Path) -> dict:
-    """A baseline's summary: a summary.json itself, or the one beside a predictions file (else its records summarised)."""
+    """A baseline's summary: a summary.json itself (its shape checked), or the one beside a predictions file (else its
+    records summarised)."""
+    from laya_robustness.report.read_back import read_summary
+
     path = Path(path)
     if path.suffix == ".json":
-        return _read_json(path)
+        return read_summary(path)
     return load_run(path)[0]
 
 

@@ -19,13 +19,14 @@ The status is the gate's: 0 no regression beyond noise, 1 a regression beyond no
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from laya_robustness.metrics.baseline import ALL
-from laya_robustness.predictions import read_predictions
+from laya_robustness.report.html import visible
+from laya_robustness.report.markdown import md
+from laya_robustness.report.read_back import ReportFolder, read_folder
 from laya_robustness.summary import headlines, summarize
 
 PASSED, REGRESSED, NOT_COMPARABLE = 0, 1, 4
@@ -38,14 +39,8 @@ NOT_CONFIGURATION = ("model", "weights_sha256", "dual", "prefix_sharing")
 PAIRED = {"acc": ("acc_diff", -1), "flip": ("flip_diff", +1)}
 
 
-@dataclass(frozen=True)
-class Report:
-    """One run's report folder: its summary.json, checks.json (its results) and predictions."""
-
-    folder: Path
-    summary: dict
-    results: list
-    records: list
+#: One run's report folder: its summary.json, checks.json (its results) and predictions.
+Report = ReportFolder
 
 
 @dataclass(frozen=True)
@@ -106,20 +101,10 @@ def half_widths(old: float, new: float, interval) -> float:
 
 
 def read_report(folder: str | Path) -> Report:
-    """The report in ``folder`` (summary.json, checks.json, predictions.jsonl.gz): FileNotFoundError naming what
-    is missing, ValueError naming a file that is not the gate's."""
-    folder = Path(folder)
-    files = {name: folder / name for name in ("summary.json", "checks.json", "predictions.jsonl.gz")}
-    missing = [name for name, path in files.items() if not path.is_file()]
-    if missing:
-        raise FileNotFoundError(f"{folder}: no {', '.join(missing)} (give the folder a gate run reported to, e.g. "
-                                "reports/)")
-    try:
-        summary = json.loads(files["summary.json"].read_text(encoding="utf-8"))
-        results = json.loads(files["checks.json"].read_text(encoding="utf-8"))["results"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{folder}: summary.json or checks.json is not the gate's ({exc})") from None
-    return Report(folder, summary, results, read_predictions(files["predictions.jsonl.gz"]))
+    """The report in ``folder`` (summary.json, checks.json, predictions.jsonl.gz), each file checked and the summary
+    against the predictions (``report.read_back.read_folder``): FileNotFoundError naming what is missing, ValueError
+    naming a file that is not the gate's."""
+    return read_folder(folder, checks=True)
 
 
 def _configuration(meta: dict) -> dict:
@@ -162,7 +147,7 @@ def compare(old: Report, new: Report) -> Comparison:
     if why:
         return Comparison(old.folder, new.folder, why)
     seed = int(meta_new.get("seed", 0))
-    paired = summarize(new.records, seed=seed, baseline=old.records).get("baseline", {})
+    paired = summarize(new.records, seed=seed, baseline=old.records, cache=new.cache).get("baseline", {})
     before, after = headlines(old.summary), headlines(new.summary)
     moves = []
     for key in sorted(set(before) & set(after)):
@@ -205,7 +190,8 @@ def _paired_text(move: Move) -> str:
 
 
 def text_lines(comparison: Comparison) -> list[str]:
-    """The comparison for a terminal: what moved beyond noise, the checks that changed verdict, the verdict last."""
+    """The comparison for a terminal: what moved beyond noise, the checks that changed verdict, the verdict last; the
+    control characters of a name written out (``report.html.visible``)."""
     c = comparison
     lines = [f"compare {c.old} (OLD) -> {c.new} (NEW)"]
     if not c.not_comparable:
@@ -218,27 +204,27 @@ def text_lines(comparison: Comparison) -> list[str]:
         if within:
             lines.append(f"  {within} other headline(s) moved within noise")
         lines += [f"  check {name}: {old} -> {new}" for name, old, new in c.verdicts]
-    return [*lines, c.verdict()]
+    return [visible(line) for line in [*lines, c.verdict()]]
 
 
 def markdown(comparison: Comparison) -> str:
     """The comparison as a pull request comment: the verdict, a table of the headlines beyond noise, the checks
-    that changed verdict."""
+    that changed verdict; every text from the reports through ``report.markdown.md``."""
     c = comparison
-    out = ["## Robustness gate: NEW against OLD", "", f"**{c.verdict()}**", "",
-           f"OLD: `{c.old}`; NEW: `{c.new}`", ""]
+    out = ["## Robustness gate: NEW against OLD", "", f"**{md(c.verdict())}**", "",
+           f"OLD: {md(c.old)}; NEW: {md(c.new)}", ""]
     if c.not_comparable:
-        out += [f"- {why}" for why in c.not_comparable]
+        out += [f"- {md(why)}" for why in c.not_comparable]
         return "\n".join(out) + "\n"
     beyond = [m for m in c.moves if m.beyond]
     if beyond:
         out += ["| cell | headline | OLD [95% interval] | NEW | paired change | |", "| --- | --- | --- | --- | --- | --- |"]
-        out += [f"| `{m.cell}` | {m.metric} | {_number(m.old)}{_interval(m.interval)} | {_number(m.new)} | "
+        out += [f"| {md(m.cell)} | {md(m.metric)} | {_number(m.old)}{_interval(m.interval)} | {_number(m.new)} | "
                 f"{_paired_text(m)} | {'**regression**' if m.regression else 'beyond noise'} |" for m in beyond]
         out.append("")
     within = sum(not m.beyond for m in c.moves)
     out.append(f"{len(beyond)} headline(s) moved beyond noise, {within} within noise.")
     if c.verdicts:
         out += ["", "### Checks that changed verdict", ""]
-        out += [f"- `{name}`: {old} -> {'**fail**' if new == FAIL else new}" for name, old, new in c.verdicts]
+        out += [f"- {md(name)}: {md(old)} -> {'**fail**' if new == FAIL else md(new)}" for name, old, new in c.verdicts]
     return "\n".join(out) + "\n"

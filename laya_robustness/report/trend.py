@@ -18,14 +18,14 @@ of the table (without matplotlib, the table alone).
 from __future__ import annotations
 
 import html
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from laya_robustness.metrics.baseline import ALL
-from laya_robustness.predictions import read_predictions
+from laya_robustness.report.html import visible
+from laya_robustness.report.read_back import ReportFolder, read_folder
 from laya_robustness.report.review import configuration_differences
 from laya_robustness.summary import headlines, summarize
 
@@ -35,12 +35,19 @@ CHANGES = (("acc_diff", "acc"), ("flip_diff", "flip"))
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One run's reports: its step (from a ``checkpoint-<step>`` folder name, else its position), its summary and
-    the folder."""
+    """One run's reports: its step (from a ``checkpoint-<step>`` folder name, else its position) and its report folder
+    read back (``report.read_back.ReportFolder``)."""
 
     step: int
-    folder: Path
-    summary: dict
+    report: ReportFolder
+
+    @property
+    def folder(self) -> Path:
+        return self.report.folder
+
+    @property
+    def summary(self) -> dict:
+        return self.report.summary
 
     @property
     def complete(self) -> bool:
@@ -61,9 +68,9 @@ class Checkpoint:
 
 def read_checkpoints(folders: Sequence[str | Path], mix: bool = False) -> list[Checkpoint]:
     """The checkpoints of ``folders`` in step order: sorted by step when every folder is a ``checkpoint-<step>``
-    (so a shell's ``checkpoint-*``, which puts 10 before 9, is fine), else in the order given, numbered from 0. A
-    folder without a summary.json is a FileNotFoundError naming it; a summary.json that is no JSON, two folders
-    of one step, or (unless ``mix``) two checkpoints whose configuration differs, a ValueError naming them."""
+    (so a shell's ``checkpoint-*``, which puts 10 before 9, is fine), else in the order given, numbered from 0. Each
+    folder is read back as ``report.read_back.read_folder`` reads it (its errors); two folders of one step, or
+    (unless ``mix``) two checkpoints whose configuration differs, are a ValueError naming them."""
     paths = [Path(f) for f in folders]
     steps = [re.fullmatch(r"checkpoint-(\d+)", p.resolve().name) for p in paths]
     if all(steps):
@@ -73,19 +80,9 @@ def read_checkpoints(folders: Sequence[str | Path], mix: bool = False) -> list[C
         numbered = list(enumerate(paths))
     out: list[Checkpoint] = []
     for step, folder in numbered:
-        path = folder / "summary.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"{folder}: no summary.json (give the folders the gate reported to, such as "
-                                    "robustness/checkpoint-500)")
         if out and step == out[-1].step:
             raise ValueError(f"{folder} and {out[-1].folder} are both step {step}")
-        try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: not a summary.json the gate wrote ({exc}); remove the folder from the list, "
-                             "or make it again from its predictions (python -m laya_robustness summarize "
-                             f"{folder / 'predictions.jsonl.gz'} --out {path})") from None
-        out.append(Checkpoint(step, folder, summary))
+        out.append(Checkpoint(step, read_folder(folder)))
     for checkpoint in out[1:] if not mix else ():
         differ = configuration_differences(out[0].summary.get("meta", {}), checkpoint.summary.get("meta", {}))
         if differ:
@@ -99,9 +96,8 @@ def paired_changes(before: Checkpoint, after: Checkpoint) -> dict[tuple[str, str
     """(family, dataset) -> the baseline block's cell of ``after`` against ``before`` (their predictions, matched
     row by row): ``acc_diff`` / ``flip_diff`` with their intervals, the McNemar tests."""
     seed = int(after.summary.get("meta", {}).get("seed", 0))
-    now = read_predictions(after.folder / "predictions.jsonl.gz")
-    earlier = read_predictions(before.folder / "predictions.jsonl.gz")
-    block = summarize(now, seed=seed, baseline=earlier).get("baseline", {})
+    now, earlier = after.report.records, before.report.records
+    block = summarize(now, seed=seed, baseline=earlier, cache=after.report.cache).get("baseline", {})
 
     def rows(records) -> dict:
         out: dict = {}
@@ -163,7 +159,7 @@ def _change(change) -> str:
 
 def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None = None) -> list[str]:
     """The trend as text: per cell and metric, each checkpoint's value [95% CI] and, after it, the paired change
-    from the one before (``*``: its interval excludes 0)."""
+    from the one before (``*``: its interval excludes 0); a name's control characters written out."""
     rows = trend_rows(checkpoints) if rows is None else rows
     head = ["family", "dataset", "metric", *(c.label for c in checkpoints)]
     table = [head]
@@ -171,7 +167,7 @@ def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None =
         cells = [_cell(r["values"][0])]
         for value, change in zip(r["values"][1:], r["changes"]):
             cells.append(_cell(value) + (f" ({_change(change)})" if change else ""))
-        table.append([r["family"], r["dataset"], r["metric"], *cells])
+        table.append([visible(r["family"]), visible(r["dataset"]), visible(r["metric"]), *cells])
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in table]
     notes = ["(change): the paired change from the step before, on the same rows; * its 95% interval excludes 0 "

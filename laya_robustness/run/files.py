@@ -1,11 +1,17 @@
 """Report files written atomically with the user's file mode (one file, or a set of them all or none), folders made
-whole beside their final name and swapped in (``staged_folder``), and names made safe for a file system."""
+whole beside their final name and swapped in (``staged_folder``), and names made safe for a file system.
+
+The one writer of every file the gate and its commands write: a target that exists and is not a regular file (a
+device such as ``/dev/null``, a FIFO, a socket, a folder) or is a symbolic link is refused (``NotAFile``) and left
+as it is, never replaced by a file (nor a folder's by a folder).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Mapping
@@ -18,6 +24,31 @@ def file_safe(text: str) -> str:
     'cuda_1_dual'
     """
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+#: What a target that is not a regular file or folder is, by its file type.
+KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+         (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
+         (stat.S_ISREG, "a regular file"))
+
+
+class NotAFile(OSError):
+    """A target to write that exists and is not what is written there (see the module doc): a usage error naming it."""
+
+
+def refuse_other(path: Path, folder: bool = False) -> None:
+    """``NotAFile`` when ``path`` exists and is a symbolic link or not a regular file (not a folder, with ``folder``),
+    saying what it is; nothing when it does not exist."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISLNK(mode) and (stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode)):
+        return
+    kind = next((name for test, name in KINDS if test(mode)), "of another file type")
+    want = "a folder" if folder else "a regular file"
+    raise NotAFile(f"{path} is {kind}, not {want}: refused, it is left as it is and nothing is written to it; give "
+                   f"a path that is {want} or does not exist yet")
 
 
 def _umask() -> int:
@@ -56,7 +87,10 @@ def _stage(path: Path, data: bytes | str) -> Path:
 def write_all(files: Mapping[Path, bytes | str]) -> list[Path]:
     """Write every file of ``files`` or none: each is staged beside its path first (see ``_stage``), and only once
     all are staged are they renamed into place, so a full disk or an unwritable folder leaves every earlier
-    file as it was. Returns the paths written."""
+    file as it was. A target that is not a regular file is refused first (``refuse_other``), none written. Returns the
+    paths written."""
+    for path in files:
+        refuse_other(Path(path))
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
@@ -81,8 +115,10 @@ def staged_folder(out: Path):
     """A folder to write ``out``'s whole content into, beside it (``.<name>.staging-*``): when the block ends without
     an error it takes ``out``'s place (the previous folder is moved aside, then removed); when it raises it is
     removed and ``out`` keeps what it had. A failure (a full disk) leaves the previous folder or, between the two
-    renames, none: never half of one."""
+    renames, none: never half of one. An ``out`` that is a symbolic link or not a folder is refused (``refuse_other``).
+    """
     out = Path(out)
+    refuse_other(out, folder=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.staging-"))
     try:
