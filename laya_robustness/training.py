@@ -10,13 +10,18 @@ family's own, such as ASR) and ``robustness/failed_checks``, writes the evaluati
 ``<report_dir>/checkpoint-<global step>/`` (the Trainer's own naming), and with ``stop_on_fail`` stops training
 when a check fails, naming it (or when a failure is confirmed at the next evaluation, or only on a regression
 against a baseline: ``stopping``). Under distributed training (a ``torch.distributed`` world of more than one rank)
-every rank gates: each scores its share of the evaluation's chunks (``run.executors.distributed``; an FSDP2 model
-made whole while it is scored, ``scoring.sharded``), every rank gets every record, and the main process alone
-writes and logs; its stop decision is broadcast so every rank stops together.
+every rank gates: each scores its share of the evaluation's chunks (``run.executors.distributed``; an FSDP2 or
+DeepSpeed ZeRO-3 model made whole while it is scored, DeepSpeed's forward hooks set aside, ``scoring.sharded``), every
+rank gets every record, and the main process alone writes and logs; its stop decision is broadcast so every rank
+stops together. Where not every rank holds the callback (told through the process group's store at
+``on_train_begin``, read at the first evaluation before any collective: ``run.executors.roll_call``), the lowest rank
+that holds it gates alone, as one process, a model whole there, and a sharded model is not gated (logged and noted).
 
 It never kills the training it watches: its inputs are checked before the first step (the rows and limits and the
 report folder when it is made; the processor, whether it belongs to the model and whether the Trainer will call it
-at all at ``on_train_begin``), each a ``UsageError`` naming the argument. The Trainer's console printer is given a
+at all, and that its sharding is one the gate can gather, at ``on_train_begin``), each a ``UsageError`` naming the
+argument. A SIGTERM while it gates (a launcher ending the job after a rank died) is noted before the rank ends
+(``run.executors.launcher``). The Trainer's console printer is given a
 short kind (``short_console``): an evaluation's robustness numbers show as one line (``console_line``) instead of
 the whole dict, and reach every other callback unchanged. A gate that breaks during training (a
 harness error, or anything else) is logged, written to that checkpoint's folder as ``incomplete.txt``, logged as
@@ -44,11 +49,13 @@ from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 from laya_robustness.api import GateResult, check_processor, given_options, judge_together
 from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.executors.distributed import sharing_world, world
+from laya_robustness.run.executors.launcher import Terminated, ended_by_launcher
+from laya_robustness.run.executors.roll_call import Roll, RollCall
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
 from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
 from laya_robustness.run.inputs.run_inputs import RunInputs
-from laya_robustness.scoring.sharded import sharded_by
+from laya_robustness.scoring.sharded import sharded_by, unknown_shards
 from laya_robustness.stopping import GATE_BROKE, NOTHING_JUDGED, check_policy, decide, failed_key
 from laya_robustness.summary import headlines
 
@@ -62,6 +69,9 @@ INCOMPLETE_NOTE = "incomplete.txt"
 STRATEGY = {"evaluate": "eval_strategy", "save": "save_strategy"}
 #: The longest line the callback shows a person for one evaluation (the console line, the failed checks' warning).
 CONSOLE_WIDTH = 120
+#: Where a rank gates (``RobustnessCallback.where``): its share with every rank (or as the one process), as one
+#: process while the ranks without the callback train on, not at all (another rank gates), or not at all and noted.
+TOGETHER, ALONE, ASIDE, REFUSED = "together", "alone", "aside", "refused"
 
 
 def console_line(step: int, metrics: dict[str, float], width: int = CONSOLE_WIDTH) -> str:
@@ -134,6 +144,9 @@ class RobustnessCallback(TrainerCallback):
         self._variants: dict = {}  # the rows each family scores, built at the first evaluation
         self.results: dict[int, GateResult] = {}  # global step -> what the gate found there
         self.errors: dict[int, str] = {}  # global step -> why the gate did not finish there
+        self._roll_call: RollCall | None = None  # this rank said it holds the callback (on_train_begin)
+        self._where: str | None = None  # where this rank gates (``where``), decided at the first evaluation
+        self._refusal = ""  # why it gates alone, or not at all (``where``)
 
     def check_trainer(self, args, model, processor) -> None:
         """``UsageError`` naming the argument when the Trainer's setup cannot be gated: no processor (or one that
@@ -157,6 +170,9 @@ class RobustnessCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
         self.check_trainer(args, model, self.processor or processing_class)
         self._shorten_console()  # a callback added after the Trainer was made
+        ranks = sharing_world()
+        if ranks is not None:  # said through the store, no collective: a rank without the callback makes none
+            self._roll_call, self._where = RollCall(str(self.settings.report_dir.resolve()), *ranks), None
 
     def on_evaluate(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.every == "evaluate":
@@ -169,41 +185,76 @@ class RobustnessCallback(TrainerCallback):
     # -- the work ---------------------------------------------------------------------------------------
 
     def _gate(self, args, state, control, model, processing_class) -> None:
+        where = self.where(state, model)
         failed: list[str] = []
-        if world() is not None or state.is_world_process_zero:
+        if where in (TOGETHER, ALONE):
             failed = self._gate_here(state, model, self.processor or processing_class)
+        elif where == REFUSED:
+            failed = self._broke(state, UsageError(self._refusal))
         stop = decide(self.stop_on_fail, failed, self._failed_before)
         self._failed_before = set(failed)
+        if where != TOGETHER:  # the ranks without the callback would go on training, and wait for this one
+            if stop:
+                logger.warning("robustness gate: stop_on_fail=%r cannot stop training at step %d: the callback is "
+                               "not on every rank (pass callbacks=[callback] on every rank)", self.stop_on_fail,
+                               state.global_step)
+            return
         if self.stop_on_fail and _agreed(stop):
             control.should_training_stop = True
             if _main():
                 logger.warning("robustness gate: training stopped at step %d (stop_on_fail=%r)", state.global_step,
                                self.stop_on_fail)
 
+    def where(self, state, model) -> str:
+        """Where this rank gates: ``TOGETHER`` (every rank its share, or one process), ``ALONE`` (this rank as one
+        process: the others do not hold the callback and the model is whole here), ``REFUSED`` (the model is
+        sharded and not every rank holds the callback: logged, training goes on) or ``ASIDE`` (another process
+        gates). Decided at the first evaluation from the roll call (``run.executors.roll_call``), before any
+        collective."""
+        if world() is None:
+            return TOGETHER if state.is_world_process_zero else ASIDE
+        if self._roll_call is None:  # never told training began (a loop calling the events itself): every rank
+            return TOGETHER
+        if self._where is None:
+            roll = self._roll_call.read(wait=state.global_step == 0)
+            self._where, self._refusal = _where(roll, self._roll_call.rank, model)
+            if self._where in (ALONE, REFUSED):
+                logger.warning("robustness gate: %s", self._refusal)
+        return self._where
+
     def _gate_here(self, state, model, processor) -> list[str]:
         """Gate the model on this process: what failed (``stopping.failed_key`` of each failed check,
         ``NOTHING_JUDGED``, or ``GATE_BROKE``: logged, noted in the checkpoint's folder; training goes on)."""
         step = state.global_step
-        if not _main():  # a rank scoring its share: the main process says what was found
+        if not self._writes():  # a rank scoring its share: the main process says what was found
             try:
                 self.gate(model, processor, step)
             except Exception as exc:  # noqa: BLE001  (the main process names it, and training goes on)
                 logger.debug("robustness gate at step %d, this rank: %s", step, exc)
             return []
-        try:
-            result = self.gate(model, processor, step)
-        except Exception as exc:  # noqa: BLE001  (the gate never kills the training it watches)
-            self.errors[step] = f"{type(exc).__name__}: {exc}"
-            logger.error("robustness gate at step %d did not finish (training goes on): %s", step, self.errors[step],
-                         exc_info=not isinstance(exc, (HarnessError, UsageError)))
-            self._note_incomplete(step, self.errors[step])
-            self._log(state, {f"{PREFIX}/harness_errors": 1.0})
-            return [GATE_BROKE]
+        with ended_by_launcher(step) as hold:  # a SIGTERM (a rank died) noted before this rank ends
+            try:
+                result = self.gate(model, processor, step)
+            except (Exception, Terminated) as exc:  # noqa: BLE001  (the gate never kills the training it watches)
+                hold()
+                return self._broke(state, exc)
+            hold()
         self._log(state, logged_metrics(result))
         failed = [failed_key(f.family, f.dataset, f.check) for f in result.failures]
         if failed or result.nothing_judged:
             logger.warning("%s", _failed_line(step, failed + [result.nothing_judged] * bool(result.nothing_judged)))
         return failed + [NOTHING_JUDGED] * bool(result.nothing_judged)
+
+    def _broke(self, state, exc: BaseException) -> list[str]:
+        """An evaluation whose gate did not finish (``exc``: why): logged, noted in ``checkpoint-<step>/``, logged as
+        ``robustness/harness_errors`` and kept in ``errors``; training goes on."""
+        step = state.global_step
+        self.errors[step] = f"{type(exc).__name__}: {exc}"
+        logger.error("robustness gate at step %d did not finish (training goes on): %s", step, self.errors[step],
+                     exc_info=not isinstance(exc, (HarnessError, UsageError, Terminated)))
+        self._note_incomplete(step, self.errors[step])
+        self._log(state, {f"{PREFIX}/harness_errors": 1.0})
+        return [GATE_BROKE]
 
     def _note_incomplete(self, step: int, why: str) -> None:
         """``checkpoint-<step>/incomplete.txt``: why this evaluation's gate did not finish (a failure to write it is
@@ -221,7 +272,8 @@ class RobustnessCallback(TrainerCallback):
         writes (the others' runs keep their journal in a folder of their own, removed after)."""
         _require_processor(processor)
         _check_sharding(model)
-        ranks, main = sharing_world(), _main()
+        alone = self._where == ALONE
+        ranks, main = (None, True) if alone else (sharing_world(), _main())
         scratch = None if main else Path(tempfile.mkdtemp(prefix="laya-rank-"))
         in_memory = InMemoryModel(model, processor)
         settings = dataclasses.replace(
@@ -238,6 +290,10 @@ class RobustnessCallback(TrainerCallback):
                 shutil.rmtree(scratch, ignore_errors=True)
         self.results[step] = result
         return result
+
+    def _writes(self) -> bool:
+        """Whether this process writes and logs the gate's results (the main process, or the one gating alone)."""
+        return self._where == ALONE or _main()
 
     def _shorten_console(self) -> None:
         if self.short_console:
@@ -359,12 +415,43 @@ def _main() -> bool:
     return ranks is None or ranks[0] == 0
 
 
+#: What to train with instead of a sharding the gate cannot make whole.
+SHARDING_HINT = ("shard it with FSDP2's fully_shard (the Trainer: fsdp_config={'fsdp_version': 2}) or DeepSpeed ZeRO "
+                 "(stage 1, 2 or 3: TrainingArguments(deepspeed=...)), or use DDP")
+
+
 def _check_sharding(model) -> None:
-    """``UsageError`` naming ``model`` for a model the gate cannot make whole while it scores (FSDP1)."""
-    if sharded_by(model) == "fsdp1":
+    """``UsageError`` naming ``model`` for a model the gate cannot make whole while it scores (FSDP1, or shards it
+    does not know)."""
+    sharding = sharded_by(model)
+    if sharding == "fsdp1":
         raise UsageError("model: it is wrapped in FSDP1's FullyShardedDataParallel, whose units all-gather inside "
-                         "each forward, so the ranks cannot score different rows", hint="shard it with FSDP2's "
-                         "fully_shard (the Trainer: fsdp_config={'fsdp_version': 2}), or use DDP").for_arguments()
+                         "each forward, so the ranks cannot score different rows", hint=SHARDING_HINT).for_arguments()
+    if sharding == "unknown":
+        names = unknown_shards(model)
+        raise UsageError(f"model: {len(names)} of its parameters are not whole on this rank and neither FSDP2 nor "
+                         f"DeepSpeed ZeRO-3 holds them ({names[0]}, ...: tensor parallel, or a sharding the gate does "
+                         "not know), so it cannot gather them and the ranks cannot score different rows",
+                         hint=SHARDING_HINT).for_arguments()
+
+
+def _where(roll: Roll, rank: int, model) -> tuple[str, str]:
+    """Where ``rank`` gates given the ``roll`` of the ranks holding the callback, and why when not together: a whole
+    model is gated by the lowest rank that holds it, alone; a sharded one is not gated (only every rank together
+    can gather it)."""
+    if roll.every_rank:
+        return TOGETHER, ""
+    held = f"the callback is on rank{'s' * (len(roll.holders) > 1)} {', '.join(map(str, roll.holders))} of " \
+           f"{roll.size} only (pass callbacks=[callback] on every rank: only rank 0 writes and logs)"
+    if roll.unknown:
+        held = "the process group's store cannot say which ranks hold the callback"
+    sharding = sharded_by(model)
+    if sharding is None:
+        why = f"{held}, so rank {roll.holders[0]} gates alone, as one process (the model is whole there)"
+        return (ALONE if rank == roll.holders[0] else ASIDE), why
+    why = (f"model: it is sharded over the ranks ({sharding}), which only every rank together can gather, and "
+           f"{held}: not gated, training goes on")
+    return (REFUSED if rank == roll.holders[0] else ASIDE), why
 
 
 def _agreed(stop: bool) -> bool:
