@@ -334,7 +334,9 @@ class FaultProxy(LocalServer):
         return kinds[slot] if slot < len(kinds) else None
 
     def _forward(self, method: str, path: str, body: bytes | None, headers: dict) -> tuple[int, bytes, str, str]:
-        request = urllib.request.Request(self.upstream + path.split("/v1", 1)[-1], data=body, method=method,
+        # a path under /v1 goes under the upstream's /v1, any other beside it (vLLM's /tokenize, llama.cpp's /props)
+        url = self.upstream + path.split("/v1", 1)[-1] if "/v1" in path else self.upstream.removesuffix("/v1") + path
+        request = urllib.request.Request(url, data=body, method=method,
                                          headers={k: v for k, v in headers.items()
                                                   if k.lower() in ("content-type", "authorization", "accept")})
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -25,6 +25,12 @@ FAMILIES = "option_order,shift,rephrase,language,lgip_paraphrase"
 COMMON = ("--scorer", "openai", "--api-key-env", KEY_ENV, "--rows-per-set", "1", "--request-timeout", "2",
           "--families", FAMILIES)
 LGIP_REASON = "which a chat model behind a server does not give"
+#: Why the hostile condition skips through the served embedded checkpoint (its prompt counted, its context read).
+HOSTILE_DETAIL = ("row hostile/long_text: its prompt of 770 tokens (counted by the checkpoint's processor) and an "
+                  "answer of up to 16 do not fit the model's context of 512 (max_position_embeddings of "
+                  "laya_fixtures/tiny-smolvlm's config)")
+HOSTILE_SKIP = f"hostile is not supported by this scorer: a prompt of it is longer than the served model's context " \
+               f"({HOSTILE_DETAIL})"
 
 
 def run_gate(*args, wait=True, extra_env=None):
@@ -105,9 +111,37 @@ def test_families_a_chat_model_cannot_answer_and_conditions_a_server_cannot_run_
     for reason in ("has no predict path", "prefix (KV) cache", "cast to bf16", "no one-pass and per-option paths"):
         assert any(reason in line for line in skips), reason
     conditions = json.loads((reports / "invariance.json").read_text())["conditions"]
-    assert set(conditions) == {"repeat_batch", "batched", "batched_reversed", "hostile"}
+    assert set(conditions) == {"repeat_batch", "batched", "batched_reversed"}
     assert all(c["compared"] == "answer texts" and c["rows"] == 5 for c in conditions.values())
     assert all(c["bitwise"] and c["flips"] == 0 for c in conditions.values())  # the server answers the same
+    # the hostile neighbours hold a prompt past the checkpoint's 512 positions: known from numbers, asked of no server
+    assert any(HOSTILE_SKIP in line for line in skips), [line for line in skips if "hostile" in line]
+
+
+def test_a_refusal_is_read_by_the_numbers_not_by_its_words(served_model, fixture_rows):
+    """A prompt's length against the model's context decides, never an error's words: the hostile neighbour of 770
+    tokens is known not to fit the checkpoint's 512 positions before it is asked (so the same on a server that answers
+    past its context and on one that refuses it), and a short row refused in words that speak of context length is an
+    error like any other (exit 3), since its prompt fits."""
+    from laya_robustness.run.scoring.invariance import hostile_rows
+    from laya_robustness.scoring.served import ContextExceeded, EndpointError, ServedScorer, exceeds_context
+
+    rows = [fixture_rows[name][0] for name in sorted(fixture_rows)]
+    long_text = hostile_rows(rows)[0]
+
+    def refuses_rows(headers, body):  # the probes pass; a row's request is refused with a context's words
+        refusal = b'{"detail": "This model\'s maximum context length is 512 tokens: too many tokens"}'
+        return (400, refusal) if b"What colour" in body else None
+
+    with FaultProxy(served_model.url, answer=refuses_rows) as proxy:
+        scorer = ServedScorer.connect(proxy.url)
+        scorer.check_context(rows)  # every row's prompt fits: nothing raised
+        with pytest.raises(ContextExceeded) as beyond:
+            scorer.check_context([long_text])
+        with pytest.raises(EndpointError) as refused:
+            scorer.answers([rows[0]])
+    assert beyond.value.detail == HOSTILE_DETAIL and str(beyond.value).endswith(HOSTILE_DETAIL)
+    assert "HTTP 400" in str(refused.value) and not exceeds_context(refused.value)
 
 
 def test_the_api_key_is_in_no_file_the_run_writes_and_no_line_it_prints(uninterrupted):

@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +19,7 @@ import pytest
 from served_parts import FaultProxy, VllmServer, running, vllm_server_binary
 
 import laya_robustness
-from laya_robustness.scoring.served import PromptLogprobs, ServedScorer
+from laya_robustness.scoring.served import EndpointError, PromptLogprobs, ServedScorer
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The gate compared: every family a chat model answers, a few rows per set (about 1,300 rows).
@@ -89,14 +90,16 @@ def test_the_run_says_what_it_scored(gates):
 
 def test_the_serving_stack_conditions_hold_on_vllm(gates):
     """A row asked again, among concurrent others, or with them reversed: bitwise the same logits on vLLM's CPU
-    build (fp32). The hostile prompt is longer than the model's context: that condition skips, saying so."""
+    build (fp32). The hostile prompt is longer than the model's context: that condition skips, saying so with the
+    numbers (the prompt's tokens as vLLM's /tokenize counts them, its max_model_len), asking nothing past it."""
     served, folder, _ = gates
     conditions = json.loads((folder / "invariance.json").read_text())["conditions"]
     assert set(conditions) == {"repeat_batch", "batched", "batched_reversed"}
     for name, stats in conditions.items():
         assert stats["compared"] == "answer texts and logits" and stats["max_abs_dlogit"] == 0.0, (name, stats)
-    assert "hostile is not supported by this scorer: a prompt of it is longer than the served model's context" in (
-        " ".join(served.stdout.split()))
+    assert "hostile is not supported by this scorer: a prompt of it is longer than the served model's context (row " \
+           "hostile/long_text: its prompt of 770 tokens (counted by the server's /tokenize) and an answer of up to 16 " \
+           "do not fit the model's context of 512 (max_model_len of /v1/models))" in " ".join(served.stdout.split())
 
 
 def _moved_on_repeat(seen: Counter):
@@ -122,3 +125,66 @@ def test_a_repeat_that_moves_the_numbers_fails_the_repeat_condition(vllm_server)
     repeat = result.invariance["conditions"]["repeat_batch"]
     assert repeat["max_abs_dlogit"] == pytest.approx(0.5, abs=1e-3)
     assert any(f.family == "invariance" and f.dataset == "repeat_batch" for f in result.failures)
+
+
+#: The option whose scored answer turn the lying proxies below change (in every row that offers it).
+LIED_ABOUT = "red"
+
+
+def _lies_about(option: str, change):
+    """A proxy's rewrite that applies ``change(reply)`` to the scored reply of ``option``'s answer turn: a server (or
+    something between) that moves the numbers of one option."""
+    def rewrite(body: bytes, reply: bytes) -> bytes:
+        request, answer = json.loads(body), json.loads(reply)
+        turn = (request.get("messages") or [{}])[-1]
+        if "prompt_logprobs" not in answer or turn.get("content") != option + "<end_of_utterance>":
+            return reply  # another reply, or the server's /tokenize of the option's turn
+        change(answer)
+        return json.dumps(answer).encode()
+    return rewrite
+
+
+def _raised(answer: dict) -> None:
+    """The end of the turn's log-probability set to +3.0 (no probability has it)."""
+    for entry in answer["prompt_logprobs"][-1].values():
+        entry["logprob"] = 3.0
+
+
+def _swapped(answer: dict) -> None:
+    """The option's last token replaced by another id, given a likely log-probability (-0.01)."""
+    ids = answer["prompt_token_ids"]
+    other = 5 if ids[-2] != 5 else 6
+    ids[-2] = other
+    answer["prompt_logprobs"][-2] = {str(other): {"logprob": -0.01, "rank": 1, "decoded_token": "x"}}
+
+
+def test_a_server_that_raises_a_log_probability_above_0_ends_the_run_with_exit_3_naming_the_row(vllm_server, tmp_path):
+    """An option's last ``prompt_logprobs`` entry set to +3.0: the run stops (exit 3) naming the endpoint, the row, the
+    option and the number; it is never a logit (it used to change half the answers and pass)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {k: v for k, v in env.items() if not k.startswith("PYTEST_XDIST")}
+    with FaultProxy(vllm_server.url, rewrite=_lies_about(LIED_ABOUT, _raised)) as proxy:
+        command = [sys.executable, "-m", "pytest", "robustness_tests", "-p", "no:cacheprovider", "-p", "no:randomly",
+                   "--scorer", "openai", "--endpoint", proxy.url, "--families", "option_order", "--rows-per-set", "2",
+                   "-k", "not (invariance or benchmark)", "--limitations", "none", "--report-dir", str(tmp_path)]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 3, done.stdout[-4000:]
+    assert re.search(rf"{re.escape(proxy.url)}/chat/completions: row \S+: option '{LIED_ABOUT}': prompt_logprobs gives "
+                     r"token \d+ the log-probability 3.0, not a finite number <= 0", said), said[-4000:]
+
+
+def test_a_server_that_scores_another_token_than_the_options_own_fails_the_row(vllm_server, fixture_rows):
+    """The option's last token id replaced by another with log-probability -0.01, ids and log-probabilities
+    consistent with each other: the tokens after the prompt are not the option's own (known from the server's
+    ``/tokenize``, apart from the reply), so the row fails naming itself, the option and the tokens."""
+    rows = [r for r in fixture_rows["colour_choice"][:2]]
+    with FaultProxy(vllm_server.url, rewrite=_lies_about(LIED_ABOUT, _swapped)) as proxy:
+        scorer = ServedScorer.connect(proxy.url, concurrency=1)
+        assert isinstance(scorer.protocol, PromptLogprobs) and scorer.protocol.end_of_turn_id is not None
+        with pytest.raises(EndpointError) as raised:
+            scorer.answers(rows)
+    assert re.search(rf"{re.escape(proxy.url)}/chat/completions: row colour_choice/000000: option '{LIED_ABOUT}': the "
+                     r"tokens after the prompt are \[[\d, ]+\], not the option's own followed by the end of a turn: "
+                     rf"\[[\d, ]+, {scorer.protocol.end_of_turn_id}\]", str(raised.value)), str(raised.value)
+

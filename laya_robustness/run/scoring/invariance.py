@@ -10,10 +10,12 @@ and the margin (top probability minus the runner-up) before and after.
 
 A served model (``scoring.base.AnsweringScorer``) takes the conditions its server can run
 (``ServedInvarianceRun``): each row alone, asked twice; rows sent together (in row order and reversed); each
-row sent together with the hostile neighbours. Its answers are compared by their option and their text
-(``bitwise``: the texts, and the logits where it has them, identical); without probabilities |dp| and
-|dlogit| are not available. The other conditions need a predict path, a prefix-cache switch, the weights
-or per-option scoring, which a server does not offer: they raise ``ConditionNotSupported`` saying so.
+row sent together with the hostile neighbours; a condition with a prompt known to be longer than the served
+model's context (its numbers: ``scoring.served.context``) skips, asking nothing past it. Its answers are compared
+by their option and their text (``bitwise``: the texts, and the logits where it has them, identical); without
+probabilities |dp| and |dlogit| are not available. The other conditions need a predict path, a prefix-cache
+switch, the weights or per-option scoring, which a server does not offer: they raise ``ConditionNotSupported``
+saying so.
 """
 
 from __future__ import annotations
@@ -320,12 +322,23 @@ class ServedInvarianceRun(InvarianceRun):
         if name in SERVED_UNSUPPORTED:
             raise ConditionNotSupported(SERVED_UNSUPPORTED[name])
         try:
+            self._once("fit", lambda: self._fit(self.rows))
+            if name == "hostile":
+                self._once("hostile fits", lambda: self._fit(self.hostile))
             return super().scores(name)
         except Exception as exc:
             if exceeds_context(exc):  # the server's context is the model's to choose, not a fault of the harness
-                raise ConditionNotSupported(f"a prompt of it is longer than the served model's context (the server "
-                                            f"answered: {exc.detail[:300]})") from None
+                raise ConditionNotSupported(f"a prompt of it is longer than the served model's context "
+                                            f"({exc.detail[:400]})") from None
             raise
+
+    def _fit(self, rows: Sequence[Row]) -> list:
+        """[] once each of ``rows`` is not known to be longer than the served model's context (the scorer's
+        ``check_context`` raises ``ContextExceeded`` for one that is), so none is asked past it."""
+        check = getattr(self.scorer, "check_context", None)
+        if check is not None:
+            check(rows)
+        return []
 
     def precision(self, name: str) -> str:
         return SERVED

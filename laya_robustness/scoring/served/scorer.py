@@ -3,7 +3,9 @@ APIs): connecting lists the endpoint's models, chooses one and takes the first o
 each row is then asked through that protocol, up to ``concurrency`` requests in flight.
 
 An endpoint that cannot be reached when the scorer connects raises ``EndpointUnreachable`` (``stops_run``) within
-seconds: nothing can be scored; one that refuses the credentials raises ``CredentialsRefused``.
+seconds: nothing can be scored; one that refuses the credentials raises ``CredentialsRefused``. Whether a prompt fits
+the model's context is known from numbers (``context``): ``check_context`` says it before rows are asked, and a
+server's refusal of a row is ``ContextExceeded`` only where the numbers show it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from laya_robustness.rows import Row
 from laya_robustness.scoring.base import Answer, ModelLoadError
+from laya_robustness.scoring.served.context import ServedContext
 from laya_robustness.scoring.served.openai_chat import MAX_TOKENS, OpenAIChat
 from laya_robustness.scoring.served.prompt_logprobs import PromptLogprobs
 from laya_robustness.scoring.served.transport import RETRIES, CredentialsRefused, EndpointError, Transport
@@ -67,6 +70,7 @@ class ServedScorer:
         self.probabilities = False
         self.identity: dict = {}
         self.protocol: ServedProtocol | None = None
+        self.context: ServedContext | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -78,6 +82,7 @@ class ServedScorer:
         scorer.model_id = model = scorer._choose(listed, model)
         entry = next((m for m in listed if m.get("id") == model), {})
         scorer.protocol = protocol = scorer._protocol(model, entry, server)
+        scorer.context = ServedContext(scorer.transport, model, entry, scorer.max_tokens)
         scorer.probabilities = protocol.probabilities
         scorer.identity = {
             "model": model, "scorer": "openai", "endpoint_host": scorer.host,
@@ -139,10 +144,27 @@ class ServedScorer:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="laya-served")
         return list(self._pool.map(work, rows))
 
+    def _asked(self, row: Row, work):
+        """``work(row)``; a refusal the numbers show to be a prompt longer than the context raises
+        ``ContextExceeded``."""
+        try:
+            return work(row)
+        except EndpointError as exc:
+            beyond = self.context.refusal(exc, row) if self.context is not None else None
+            if beyond is None:
+                raise
+            raise beyond from None
+
+    def check_context(self, rows: Sequence[Row]) -> None:
+        """``ContextExceeded`` for the first of ``rows`` whose prompt and answer are known not to fit the model's
+        context (nothing where the numbers are not known)."""
+        if self.context is not None:
+            self.context.check(rows)
+
     def answer(self, row: Row) -> Answer:
         """One row answered through the protocol: its text, the option it names (label order) and, with
         probabilities, the logits."""
-        return self.protocol.answer(row)
+        return self._asked(row, self.protocol.answer)
 
     def answers(self, rows: Sequence[Row]) -> list[Answer]:
         """Every row answered (up to ``concurrency`` requests in flight), in row order."""
@@ -150,4 +172,4 @@ class ServedScorer:
 
     def generate(self, rows: Sequence[Row], max_new_tokens: int = 16) -> list[str]:
         """The generated text of each row (open-answer rows), ``max_new_tokens`` at most."""
-        return self._each(rows, lambda r: self.protocol.generated(r, max_new_tokens))
+        return self._each(rows, lambda r: self._asked(r, lambda x: self.protocol.generated(x, max_new_tokens)))

@@ -12,6 +12,8 @@ server sends made harmless. It knows requests and replies, not what they ask.
   ids, its ``Server`` header, a redirect's target) is scrubbed of the key, then its control characters are made
   visible (``visible``: an escape sequence reaches no terminal or report as such), then it is cut to length
   (``Transport.scrub``), so the key is never in the identity, a message, an answer or a report.
+- **The server's root**: the endpoint is the ``/v1`` of a server; a request ``at_root`` goes beside it (vLLM's
+  ``/tokenize``, llama.cpp's ``/props``), to the same origin with the same key.
 """
 
 from __future__ import annotations
@@ -63,21 +65,29 @@ class RedirectRefused(EndpointUnreachable):
 class EndpointError(RuntimeError):
     """The endpoint answered with an error retrying cannot fix (a 4xx other than 429, a reply that is no chat
     completion): the rows of that call cannot be scored (exit 3). ``status``: the HTTP status, if any; ``detail``: what
-    the server said (scrubbed, visible, cut)."""
+    the server said (scrubbed, visible, cut); ``numbers``: the integer fields of its JSON error body (or of the
+    body's ``error`` object), as llama.cpp's ``n_prompt_tokens`` of a prompt longer than its context."""
 
-    def __init__(self, message: str, status: int | None = None, detail: str = ""):
+    def __init__(self, message: str, status: int | None = None, detail: str = "",
+                 numbers: Mapping[str, int] | None = None):
         super().__init__(message)
-        self.status, self.detail = status, detail
+        self.status, self.detail, self.numbers = status, detail, dict(numbers or {})
 
 
-#: What servers say when a prompt is longer than the model's context (llama.cpp: "exceeds the available context
-#: size"; vLLM, OpenAI: "maximum context length"; others: "context length", "context window", "too many tokens").
-CONTEXT_REFUSAL = re.compile(r"context (size|length|window)|too many (input )?tokens|prompt is too long", re.I)
+def error_numbers(body: str) -> dict[str, int]:
+    """The integer fields of a JSON error body, or of its ``error`` object ({} when it is no JSON object).
 
-
-def exceeds_context(exc: BaseException) -> bool:
-    """Whether ``exc`` is a server refusing a prompt longer than its model's context (an HTTP 400 saying so)."""
-    return isinstance(exc, EndpointError) and exc.status in (400, 413, 422) and bool(CONTEXT_REFUSAL.search(exc.detail))
+    >>> error_numbers('{"error": {"code": 400, "message": "long", "n_prompt_tokens": 790, "n_ctx": 512}}')
+    {'code': 400, 'n_prompt_tokens': 790, 'n_ctx': 512}
+    """
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return {}
+    fields = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict) else parsed
+    if not isinstance(fields, dict):
+        return {}
+    return {k: v for k, v in fields.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 class _Transient(Exception):
@@ -229,6 +239,8 @@ class Transport:
                  retries: int = RETRIES, stats: dict | None = None):
         parts = endpoint_parts(endpoint)
         self.endpoint = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+        #: The server's root: the endpoint without its final ``/v1`` (the endpoint itself where it has none).
+        self.root = self.endpoint.removesuffix("/v1")
         self.host = parts.hostname
         self._key = os.environ.get(api_key_env) or None
         self.api_key_env = api_key_env
@@ -254,46 +266,47 @@ class Transport:
         text = visible(text, lines)
         return text if limit is None else text[:limit]
 
-    def _read(self, reply, path: str) -> bytes:
-        """The body of ``reply``, at most MAX_REPLY_BYTES (else EndpointError naming the endpoint and the size)."""
+    def _read(self, reply, url: str) -> bytes:
+        """The body of ``reply``, at most MAX_REPLY_BYTES (else EndpointError naming the URL and the size)."""
         declared = reply.headers.get("Content-Length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
-            raise self._too_long(path, f"{int(declared):,} bytes (its Content-Length)")
+            raise self._too_long(url, f"{int(declared):,} bytes (its Content-Length)")
         chunks, size = [], 0
         while chunk := reply.read1(_READ_CHUNK):
             size += len(chunk)
             if size > MAX_REPLY_BYTES:
-                raise self._too_long(path, f"over {size:,} bytes when it was cut off")
+                raise self._too_long(url, f"over {size:,} bytes when it was cut off")
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _too_long(self, path: str, size: str) -> "EndpointError":
-        return EndpointError(f"{self.endpoint}{path}: the reply is {size}, over the limit of {MAX_REPLY_BYTES:,} "
+    def _too_long(self, url: str, size: str) -> "EndpointError":
+        return EndpointError(f"{url}: the reply is {size}, over the limit of {MAX_REPLY_BYTES:,} "
                              "bytes of one reply; nothing of it is kept")
 
-    def _once(self, path: str, body: Mapping | None, timeout: float) -> tuple[dict, str]:
-        """One request: its JSON reply and the Server header; _Transient for what a retry may fix."""
+    def _once(self, url: str, body: Mapping | None, timeout: float) -> tuple[dict, str]:
+        """One request to ``url``: its JSON reply and the Server header; _Transient for what a retry may fix."""
         headers = {"Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         data = None
         if body is not None:
             data, headers["Content-Type"] = json.dumps(body).encode("utf-8"), "application/json"
-        request = urllib.request.Request(self.endpoint + path, data=data, headers=headers)
+        request = urllib.request.Request(url, data=data, headers=headers)
         self.count("requests")
         with _Deadline(timeout) as deadline:
             try:
                 with self._opener.open(request, timeout=timeout) as reply:
-                    raw, server = self._read(reply, path), self.scrub(reply.headers.get("Server", "unknown"), 200)
+                    raw, server = self._read(reply, url), self.scrub(reply.headers.get("Server", "unknown"), 200)
             except urllib.error.HTTPError as exc:
                 if exc.code == 429 or exc.code >= 500:
                     raise _Transient(f"HTTP {exc.code}", _retry_after(exc.headers)) from None
                 try:
-                    detail = self.scrub(exc.read(1 << 16).decode("utf-8", "replace"))
+                    said = exc.read(1 << 16).decode("utf-8", "replace")
                 except (http.client.HTTPException, OSError):
-                    detail = "(its body was cut short)"
-                raise EndpointError(f"{self.endpoint}{path} answered HTTP {exc.code}: {detail}", exc.code,
-                                    detail) from None
+                    said = "(its body was cut short)"
+                detail = self.scrub(said)
+                raise EndpointError(f"{url} answered HTTP {exc.code}: {detail}", exc.code, detail,
+                                    error_numbers(said)) from None
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
                 if deadline.expired:
                     raise _Transient(f"TimeoutError: no whole reply within {timeout:g} s") from None
@@ -305,18 +318,31 @@ class Transport:
             cut = f"TimeoutError: no whole reply within {timeout:g} s" if deadline.expired else None
             raise _Transient(cut or "a reply that is not JSON (cut short?)") from None
 
+    def lookup(self, path: str, body: Mapping | None = None) -> dict | None:
+        """The JSON object one request to ``path`` beside the endpoint (at the server's root) answers, or None where it
+        answers none (an error, a timeout, no JSON object): a question about what the server offers, asked once, never
+        retried, and never taken as the endpoint's death."""
+        if self._dead:
+            raise EndpointUnreachable(self._dead)
+        try:
+            reply = self._once(self.root + path, body, self.timeout_s)[0]
+        except (_Transient, EndpointError):
+            return None
+        return reply if isinstance(reply, dict) else None
+
     def call(self, path: str, body: Mapping | None = None, timeout: float | None = None,
-             retries: int | None = None) -> tuple[dict, str]:
-        """The JSON reply of a request and its Server header, retried on 429, 5xx, dropped connections and timeouts
-        with exponential backoff; retries spent (or the endpoint already found dead in this run) raise
-        EndpointUnreachable."""
+             retries: int | None = None, at_root: bool = False) -> tuple[dict, str]:
+        """The JSON reply of a request to ``path`` under the endpoint (``at_root``: under the server's root) and its
+        Server header, retried on 429, 5xx, dropped connections and timeouts with exponential backoff; retries spent
+        (or the endpoint already found dead in this run) raise EndpointUnreachable."""
         retries = self.retries if retries is None else retries
+        url = (self.root if at_root else self.endpoint) + path
         reason = ""
         for attempt in range(retries + 1):
             if self._dead:
                 raise EndpointUnreachable(self._dead)
             try:
-                return self._once(path, body, timeout or self.timeout_s)
+                return self._once(url, body, timeout or self.timeout_s)
             except _Transient as exc:
                 reason = str(exc)
                 if attempt == retries:
