@@ -36,34 +36,48 @@ def test_the_same_run_twice_moves_nothing_and_passes(reports):
     assert comparison.verdict().startswith("PASSED (exit 0)")
 
 
+def _counts(old, new, family, dataset=None):
+    """(worse, better, matched) accuracy rows of ``family`` (one dataset, or all), recomputed from the records."""
+    before = {(r["dataset"], r["row_id"]): r for r in old.records}
+    pairs = [(r, before[(r["dataset"], r["row_id"])]) for r in new.records if r["family"] == family
+             and dataset in (None, r["dataset"]) and (r["dataset"], r["row_id"]) in before]
+    scored = [(r, s) for r, s in pairs if is_scored(r) and is_scored(s)]
+    return (sum(1 for r, s in scored if is_correct(s) and not is_correct(r)),
+            sum(1 for r, s in scored if is_correct(r) and not is_correct(s)), len(scored))
+
+
 def test_each_move_agrees_with_the_values_and_the_paired_test_recomputed_from_the_records(reports):
     old, new = read_report(reports / "old"), read_report(reports / "new")
     comparison = compare(old, new)
     assert comparison.moves, "the other checkpoint moves some headline"
-    before = {(r["dataset"], r["row_id"]): r for r in old.records}
+    judged = comparison.judged
+    assert judged.moves_level == pytest.approx(0.05 / judged.moves) and judged.moves == len(judged.calls)
     for move in comparison.moves:
         if move.paired is None:
             assert move.beyond == (bool(move.interval) and not move.interval[0] <= move.new <= move.interval[1])
-            assert not move.regression
             continue
-        low, high = move.paired["ci"]
-        assert move.beyond == (low > 0 or high < 0)
-        if move.metric == "acc":  # the same rows: the paired change is the change of the values, its sign theirs
-            assert move.paired["diff"] == pytest.approx(move.new - move.old, abs=1e-9)
-            assert move.regression == (move.beyond and move.paired["diff"] < 0)
+        call, (low, high) = move.paired, move.paired.interval
+        assert call.level == judged.moves_level and low <= call.diff <= high
+        if move.metric == "acc":
             family, dataset = move.cell.split("/")
-            pairs = [(r, before[(r["dataset"], r["row_id"])]) for r in new.records
-                     if r["family"] == family and r["dataset"] == dataset and (r["dataset"], r["row_id"]) in before]
-            scored = [(r, s) for r, s in pairs if is_scored(r) and is_scored(s)]
-            b = sum(1 for r, s in scored if is_correct(s) and not is_correct(r))
-            c = sum(1 for r, s in scored if is_correct(r) and not is_correct(s))
-            assert move.paired["p"] == pytest.approx(mcnemar_p(b, c), abs=1e-6)  # as summary.json rounds it
-        else:
-            assert move.regression == (move.beyond and move.paired["diff"] > 0)
-    # regressions first, then beyond noise, then within; the status says whether any regression is beyond noise
-    ranks = [(not m.regression, not m.beyond) for m in comparison.moves]
+            worse, better, n = _counts(old, new, family, dataset)
+            assert call.p == pytest.approx(mcnemar_p(worse, better), abs=1e-6)  # as summary.json rounds it
+            if call.method == "exact McNemar":  # few changed rows: the rows' change, its interval and test agree
+                assert call.diff == pytest.approx((better - worse) / n)
+                assert move.beyond == (low > 0 or high < 0) == (call.p < call.level)
+            else:  # the same rows: the paired change is the change of the values
+                assert call.diff == pytest.approx(move.new - move.old, abs=1e-9)
+                assert move.beyond == ((low > 0 or high < 0) and call.p < call.level or call.regression)
+    # beyond noise first; a dataset's move is never a regression: only a family's, or a check now failing
+    ranks = [not m.beyond for m in comparison.moves]
     assert ranks == sorted(ranks)
+    assert comparison.regressions == len(comparison.regressed) + len(comparison.now_failing)
     assert comparison.status == (1 if comparison.regressions else 0)
+    for r in comparison.judged.results:  # each family over all its datasets, at the pair's level
+        assert r.dataset == "all" and f"at level {judged.level:.3g}" in r.detail
+        if r.check == "max_regression":
+            worse, better, n = _counts(old, new, r.family)
+            assert f"McNemar p={mcnemar_p(worse, better):.3g}" in r.detail
 
 
 def test_runs_that_differ_in_configuration_are_not_comparable_naming_what_differs(reports, capsys):
@@ -86,6 +100,10 @@ def test_the_command_prints_text_or_markdown_writes_the_comment_and_exits_as_the
     assert out.startswith("## Robustness gate: NEW against OLD")
     beyond = [m for m in comparison.moves if m.beyond]
     assert len(re.findall(r"^\| \w+/\w+ \|", out, re.MULTILINE)) == len(beyond)
+    # the regressions before anything folded; the level and the number of headlines it covers said
+    assert f"over {comparison.judged.headlines} family headline(s)" in out
+    folded = out.index("<details>") if "<details>" in out else len(out)
+    assert all(out.index(f"**{r.family}**") < folded for r in comparison.regressed)
     assert main(["compare", str(reports / "old"), str(reports / "new")]) == status
     text = capsys.readouterr().out.splitlines()
     assert text[-1] == comparison.verdict()  # the verdict is the last line
@@ -129,16 +147,26 @@ def test_trend_refuses_checkpoints_of_another_configuration_unless_mixed(reports
 def test_each_paired_change_of_the_trend_agrees_with_the_values_it_sits_between(reports):
     from laya_robustness.report.trend import read_checkpoints, trend_rows
 
-    rows = trend_rows(read_checkpoints([reports / "old", reports / "new"]))
+    checkpoints = read_checkpoints([reports / "old", reports / "new"])
+    rows = trend_rows(checkpoints)
     changed = [r for r in rows if r["changes"][0] is not None]
     assert changed
+    old, new = (c.report for c in checkpoints)
     for r in changed:
         (was, _), (now, _) = r["values"]
         change = r["changes"][0]
-        if r["metric"] == "acc":
-            assert change["diff"] == pytest.approx(now - was, abs=1e-9), r
         low, high = change["ci"]
-        assert change["beyond_noise"] == (low > 0 or high < 0)
+        assert low <= change["diff"] <= high
+        if r["metric"] == "acc" and change["method"] == "exact McNemar":  # few rows changed: the rows' change
+            worse, better, n = _counts(old, new, r["family"], r["dataset"])
+            assert change["diff"] == pytest.approx((better - worse) / n), r
+            assert change["beyond_noise"] == (low > 0 or high < 0)
+        elif r["metric"] == "acc":
+            assert change["diff"] == pytest.approx(now - was, abs=1e-9), r
+    # the same call as compare makes of the pair
+    calls = compare(read_report(reports / "old"), read_report(reports / "new")).judged.calls
+    assert {(r["family"], r["dataset"], r["metric"]): r["changes"][0]["beyond_noise"] for r in changed} == \
+        {key: calls[key].beyond for key in ((r["family"], r["dataset"], r["metric"]) for r in changed)}
 
 
 def test_an_incomplete_checkpoint_is_marked_and_its_unjudged_cells_show_no_value(reports, tmp_path):

@@ -49,7 +49,8 @@ def test_a_planted_run_is_caught_when_past_the_limit_and_detected_when_mcnemar_f
     (tmp_path / "checks.json").write_text(json.dumps(checks))
     out = planted_outcome(tmp_path, "text")
     assert (out["caught"], out["detected"]) == (False, True)
-    assert out["loss"] == 0.0118 and out["loss_ci"] == [0.0067, 0.0167] and out["alpha_each"] == 0.05 / 150
+    # the level of the pair's paired headlines (text: accuracy and flips), not of the run's 150 limits
+    assert out["loss"] == 0.0118 and out["loss_ci"] == [0.0067, 0.0167] and out["alpha_each"] == 0.05 / 2
     checks["results"][0]["decision"] = "fail"
     summary["baseline"]["text"]["all"]["mcnemar_acc"].update(b=100, c=120, p=0.2)
     (tmp_path / "summary.json").write_text(json.dumps(summary))

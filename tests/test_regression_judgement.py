@@ -95,3 +95,38 @@ def test_the_gate_judges_each_family_at_alpha_over_the_pairs_paired_headlines():
                                                                ("max_flip_regression", True, "paired")]
     assert "McNemar p=" in results[0].detail and "at level 0.0167" in results[0].detail
     assert change_call({"acc_diff": None}, "max_regression", 0.0, 0.05) is None
+
+
+def test_compare_the_baseline_checks_trend_and_the_callbacks_stop_rule_call_the_same_regressions(tmp_path,
+                                                                                                  monkeypatch):
+    """One pair of runs (the embedded checkpoint, then it with a regression planted in 40% of the text family's
+    answers, gated against the first's predictions): the regressions ``compare`` calls, those the gate's
+    ``--baseline`` checks fail, those ``trend`` marks and those the callback's ``stop_on_fail="regression"`` stops on
+    are one set, and it is not empty."""
+    from pathlib import Path
+
+    import laya_robustness
+    from laya_robustness.report.review import compare, read_report
+    from laya_robustness.report.trend import judged_pairs, read_checkpoints
+    from laya_robustness.stopping import REGRESSION_CHECKS, decide, failed_key
+
+    root = Path(__file__).resolve().parents[1]
+    gate = {"families": ["option_order", "text"], "rows_per_set": 12, "invariance": False, "limitations": "none",
+            "root": root}
+    laya_robustness.run_gate(report_dir=tmp_path / "checkpoint-1", **gate)
+    monkeypatch.setenv("LAYA_PLANTED_FAMILY", "text")
+    monkeypatch.setenv("LAYA_PLANTED_RATE", "0.4")
+    planted = laya_robustness.run_gate(scorer="laya_robustness.scoring.planted:factory",
+                                       baseline=str(tmp_path / "checkpoint-1" / "predictions.jsonl.gz"),
+                                       report_dir=tmp_path / "checkpoint-2", **gate)
+    by_baseline = {(f.family, f.check) for f in planted.failures if f.check in REGRESSION_CHECKS}
+    by_compare = {(r.family, r.check) for r in
+                  compare(read_report(tmp_path / "checkpoint-1"), read_report(tmp_path / "checkpoint-2")).regressed}
+    (_, judged), = judged_pairs(read_checkpoints([tmp_path / "checkpoint-1", tmp_path / "checkpoint-2"]))
+    by_trend = {(r.family, r.check) for r in judged.regressions}
+    failed = [failed_key(f.family, f.dataset, f.check) for f in planted.failures]
+    stops_on = {(key.split("/")[0], key.rsplit(" ", 1)[1]) for key in failed if key.rsplit(" ", 1)[1] in
+                REGRESSION_CHECKS}
+    assert by_baseline == by_compare == by_trend == stops_on
+    assert ("text", "max_regression") in by_baseline and ("option_order", "max_regression") not in by_baseline
+    assert decide("regression", failed, set())

@@ -99,13 +99,15 @@ def planted_outcome(report_dir: Path, family: str) -> dict:
     """One planted run against its baseline: the family's accuracy loss (baseline - now, pooled over its
     sets) with its paired 95% interval, its flip-rate rise with its interval (a meaning-preserving family),
     the McNemar counts and p, and whether the gate caught it (a regression check of the family failed)
-    and whether McNemar detected it (p < alpha / m with b > c)."""
+    and whether McNemar detected it (p < alpha / m with b > c, m the pair's paired headlines: ``gate.regression``)."""
+    from laya_robustness.gate.regression import gate_from, regression_level
+
     report_dir = Path(report_dir)
     summary = json.loads((report_dir / "summary.json").read_text(encoding="utf-8"))
     checks = json.loads((report_dir / "checks.json").read_text(encoding="utf-8"))
     cell = summary["baseline"][family]["all"]
     mcnemar = cell["mcnemar_acc"]
-    alpha_each = checks["meta"]["alpha"] / max(1, checks["meta"]["interval_checks"])
+    alpha_each = regression_level(gate_from(checks["meta"], f"{report_dir}/checks.json"), summary["baseline"])
     low, high = cell["acc_diff_ci"]
     failed = sorted(r["check"] for r in checks["results"] if r["family"] == family
                     and r["check"] in REGRESSION_CHECKS and r["decision"] == "fail")

@@ -11,11 +11,13 @@ these results, so the same pair gives the same regressions through each.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from laya_robustness.gate.limits import regression_limits
 from laya_robustness.gate.results import CheckResult, fmt
-from laya_robustness.gate.thresholds import Gate
+from laya_robustness.gate.thresholds import CORRECTIONS, Gate
+from laya_robustness.metrics.baseline import ALL
 from laya_robustness.metrics.regression import ChangeCall, judge_change
 
 #: Each regression check's headline, its paired change and SE in a baseline cell, and its McNemar test.
@@ -64,3 +66,54 @@ def regression_results(family: str, cell: Mapping[str, Any], limits: Mapping[str
         out.append(CheckResult(family, "all", check, not call.regression, call.diff, float(tolerance),
                                call.interval, detail, judge="paired"))
     return out
+
+
+@dataclass(frozen=True)
+class PairJudgement:
+    """A pair of runs judged (``judge_pair``): the regression checks of each family over all its datasets at
+    ``level`` (``alpha / headlines``), and each dataset's paired headlines (``calls``: (family, dataset, metric) ->
+    ``ChangeCall``) at ``moves_level`` (``alpha / moves``), which say what moved beyond noise and never count as
+    regressions."""
+
+    alpha: float
+    level: float
+    headlines: int
+    results: list[CheckResult]
+    moves_level: float
+    moves: int
+    calls: dict[tuple[str, str, str], ChangeCall]
+
+    @property
+    def regressions(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+
+def judge_pair(block: Mapping[str, Mapping[str, Mapping[str, Any]]], gate: Gate) -> PairJudgement:
+    """NEW against OLD from their paired baseline block (``metrics.baseline.baseline_block``: ``{family: {dataset |
+    "all": cell}}``) under ``gate`` (its alpha, correction and tolerances): what every path reports."""
+    level = regression_level(gate, block)
+    results = [r for family, cells in block.items() if cells.get(ALL)
+               for r in regression_results(family, cells[ALL], regression_limits(gate, family, cells[ALL]), level)]
+    paired = [(family, dataset, check) for family, cells in block.items() for dataset in cells if dataset != ALL
+              for check in HEADLINE if change_call(cells[dataset], check, 0.0, 0.5) is not None]
+    moves_level = gate.alpha_each(len(paired))
+    calls = {(family, dataset, HEADLINE[check][0]): change_call(block[family][dataset], check, 0.0, moves_level)
+             for family, dataset, check in paired}
+    return PairJudgement(gate.alpha, level, regression_headlines(gate, block), results, moves_level, len(paired),
+                         calls)
+
+
+def gate_from(meta: Mapping[str, Any], where: str) -> Gate:
+    """The ``[gate]`` a run was judged under, from its checks.json ``meta`` (``gate``; a folder written before it was
+    recorded: the defaults, with its ``alpha``); ValueError naming ``where`` for values no limits file could give."""
+    given = meta.get("gate")
+    if given is None:
+        return Gate(alpha=meta.get("alpha", Gate.alpha))
+    if not isinstance(given, Mapping) or set(given) - set(Gate.__dataclass_fields__):
+        raise ValueError(f"{where}: meta.gate is not the [gate] of a limits file: {str(given)[:200]}")
+    gate = Gate(**given)
+    tolerances = (gate.max_regression, gate.max_flip_regression)
+    if not (isinstance(gate.alpha, (int, float)) and 0 < gate.alpha < 1) or gate.correction not in CORRECTIONS or \
+            any(t is not None and not (isinstance(t, (int, float)) and 0 <= t <= 1) for t in tolerances):
+        raise ValueError(f"{where}: meta.gate holds values no limits file gives: {str(given)[:200]}")
+    return gate

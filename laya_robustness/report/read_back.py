@@ -44,13 +44,15 @@ _BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 @dataclass(frozen=True)
 class ReportFolder:
     """One run's report folder read back: its summary, its checks' results (None unless asked for), its prediction
-    records, and the cells made from them (``summary.CellCache``: a later ``summarize`` of the records reuses them)."""
+    records, the cells made from them (``summary.CellCache``: a later ``summarize`` of the records reuses them) and
+    checks.json's meta (empty unless asked for)."""
 
     folder: Path
     summary: dict
     results: list | None
     records: list[Record]
     cache: CellCache = field(default_factory=CellCache, compare=False, repr=False)
+    checks_meta: dict = field(default_factory=dict)
 
 
 def _too_deep(text: str) -> bool:
@@ -181,14 +183,22 @@ def read_summary(path: str | Path) -> dict:
 
 def read_results(path: Path) -> list:
     """checks.json's results, each ``{family, dataset, check, decision}`` (text, the decision possibly null)."""
-    results = read_json_object(path, CHECKS).get("results")
+    return read_checks(path)[0]
+
+
+def read_checks(path: Path) -> tuple[list, dict]:
+    """checks.json's results (as ``read_results``) and its meta (an object; empty when it has none)."""
+    checks = read_json_object(path, CHECKS)
+    results, meta = checks.get("results"), checks.get("meta", {})
+    if not isinstance(meta, dict):
+        raise not_the_gates(path, CHECKS, "meta is not an object")
     fine = isinstance(results, list) and all(
         isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("family", "dataset", "check"))
         and isinstance(r.get("decision"), (str, type(None))) and isinstance(r.get("device"), (str, type(None)))
         for r in results)
     if not fine:
         raise not_the_gates(path, CHECKS, "results is not a list of {family, dataset, check, decision} objects")
-    return results
+    return results, meta
 
 
 def read_records(path: Path) -> list[Record]:
@@ -255,4 +265,5 @@ def read_folder(folder: str | Path, checks: bool = False) -> ReportFolder:
                                 "as reports/ or robustness/checkpoint-500)")
     records, cache = read_records(folder / PREDICTIONS), CellCache()
     check_against_records(summary, records, folder / SUMMARY, folder / PREDICTIONS, cache)
-    return ReportFolder(folder, summary, read_results(folder / CHECKS) if checks else None, records, cache)
+    results, meta = read_checks(folder / CHECKS) if checks else (None, {})
+    return ReportFolder(folder, summary, results, records, cache, meta)

@@ -6,15 +6,20 @@ Comparable: the same rows (the data fingerprint), seed, rows per set, families a
 size, temperatures), and the same model configuration apart from its weights (architecture, adapter, answer format,
 chat template, attention); each difference is named, and the status is 4.
 
-Each headline of a cell both runs hold moves old -> new against the old 95% interval. For accuracy, and the flip
-rate of a meaning-preserving family, the paired test on the rows both runs scored decides (``metrics.baseline``:
-``acc_diff`` / ``flip_diff`` with their paired cluster-bootstrap 95% interval, McNemar's p): beyond noise when that
-interval excludes 0. Another headline has no paired test: beyond noise when the new value lies outside the old
-interval. Moves are ordered regressions first, then the others beyond noise, then those within, each group furthest
-first in half-widths of the old interval (``|new - old| / ((high - low) / 2)``).
+Whether NEW regressed is the one judgement every path makes (``gate.regression.judge_pair``, as the gate's
+``--baseline`` checks, ``trend`` and the training callback's ``stop_on_fail="regression"`` make it): each family's
+accuracy, and a meaning-preserving family's flip rate, over all its datasets, paired on the rows both runs scored,
+McNemar's exact test and an interval that agrees with it, at family-wise ``alpha`` over those headlines
+(``[gate]`` of NEW's checks.json: alpha, correction, ``max_regression`` / ``max_flip_regression`` as the
+tolerance). A check that passed and now fails is a regression too.
 
-A regression beyond noise is an accuracy down or a flip rate up beyond noise, or a check that passed and now fails.
-The status is the gate's: 0 no regression beyond noise, 1 a regression beyond noise, 4 not comparable.
+Each dataset's headlines move old -> new against the old 95% interval: accuracy and flip rate by the same paired
+judgement at family-wise ``alpha`` over every such headline (beyond noise, either way); another headline has no
+paired test (beyond noise when the new value lies outside the old interval). These moves say where things changed;
+they never count as regressions. Moves are ordered beyond noise first, each group furthest first in half-widths of
+the old interval (``|new - old| / ((high - low) / 2)``).
+
+The status is the gate's: 0 no regression, 1 a regression, 4 not comparable.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from laya_robustness.metrics.baseline import ALL
+from laya_robustness.gate.regression import PairJudgement, gate_from, judge_pair
+from laya_robustness.gate.results import CheckResult
 from laya_robustness.report.html import visible
 from laya_robustness.report.markdown import md
 from laya_robustness.report.read_back import ReportFolder, read_folder
@@ -34,9 +40,9 @@ FAIL = "fail"  # a check's decision in checks.json
 #: The meta keys two comparable runs share, and the model identity's keys that are not its weights.
 SAME_META = ("data_fingerprint", "seed", "rows_per_set", "families", "scoring_path", "precision", "batch_size",
              "temperatures")
-NOT_CONFIGURATION = ("model", "weights_sha256", "dual", "prefix_sharing")
-#: The headlines a paired test judges, the change it reads, and which way is worse.
-PAIRED = {"acc": ("acc_diff", -1), "flip": ("flip_diff", +1)}
+#: (A planted regression, ``scoring.planted``, stands for changed weights: ``calibrate-gate`` measures the judgement
+#: with it.)
+NOT_CONFIGURATION = ("model", "weights_sha256", "dual", "prefix_sharing", "planted")
 
 
 #: One run's report folder: its summary.json, checks.json (its results) and predictions.
@@ -45,17 +51,16 @@ Report = ReportFolder
 
 @dataclass(frozen=True)
 class Move:
-    """One headline that moved: old -> new, the old interval, the paired change where one applies, whether it is
-    beyond noise, and whether it is a regression beyond noise."""
+    """One dataset's headline that moved: old -> new, the old interval, the paired judgement where one applies
+    (``metrics.regression.ChangeCall``), and whether it moved beyond noise."""
 
     cell: str
     metric: str
     old: float
     new: float
     interval: list | None
-    paired: dict | None
+    paired: object | None
     beyond: bool
-    regression: bool
 
     @property
     def half_widths(self) -> float:
@@ -64,18 +69,30 @@ class Move:
 
 @dataclass(frozen=True)
 class Comparison:
-    """What ``compare`` found: the two folders, why they cannot be compared (empty when they can), the moved
-    headlines in order, the checks that changed verdict, and the status (see the module doc)."""
+    """What ``compare`` found: the two folders, why they cannot be compared (empty when they can), the pair's
+    judgement (``judged``: its regression checks and level), the moved headlines in order, the checks that changed
+    verdict, and the status (see the module doc)."""
 
     old: Path
     new: Path
     not_comparable: list[str] = field(default_factory=list)
+    judged: PairJudgement | None = None
     moves: list[Move] = field(default_factory=list)
     verdicts: list[tuple[str, str, str]] = field(default_factory=list)  # (check, old decision, new decision)
 
     @property
+    def regressed(self) -> list[CheckResult]:
+        """The regression checks that failed (each family over all its datasets)."""
+        return self.judged.regressions if self.judged else []
+
+    @property
+    def now_failing(self) -> list[tuple[str, str, str]]:
+        """The checks that did not fail in OLD and fail in NEW."""
+        return [v for v in self.verdicts if v[2] == FAIL and v[1] != FAIL]
+
+    @property
     def regressions(self) -> int:
-        return sum(m.regression for m in self.moves) + sum(new == FAIL and old != FAIL for _, old, new in self.verdicts)
+        return len(self.regressed) + len(self.now_failing)
 
     @property
     def status(self) -> int:
@@ -83,14 +100,21 @@ class Comparison:
             return NOT_COMPARABLE
         return REGRESSED if self.regressions else PASSED
 
+    def level(self) -> str:
+        """How the regressions were judged, in one sentence."""
+        j = self.judged
+        return (f"regressions judged at family-wise alpha {j.alpha:g} over {j.headlines} family headline(s) "
+                f"({j.level:.3g} each); moves at alpha {j.alpha:g} over {j.moves} dataset headline(s) "
+                f"({j.moves_level:.3g} each); McNemar's exact test, with an interval that agrees with it")
+
     def verdict(self) -> str:
         if self.not_comparable:
             return f"NOT COMPARABLE (exit 4): {'; '.join(self.not_comparable)}"
         beyond = sum(m.beyond for m in self.moves)
         if self.regressions:
-            return (f"REGRESSED (exit 1): {self.regressions} regression(s) beyond noise; {beyond} headline(s) moved "
-                    "beyond noise")
-        return f"PASSED (exit 0): no regression beyond noise; {beyond} headline(s) moved beyond noise"
+            return (f"REGRESSED (exit 1): {self.regressions} regression(s) beyond noise; {beyond} dataset "
+                    "headline(s) moved beyond noise")
+        return f"PASSED (exit 0): no regression beyond noise; {beyond} dataset headline(s) moved beyond noise"
 
 
 def half_widths(old: float, new: float, interval) -> float:
@@ -147,7 +171,8 @@ def compare(old: Report, new: Report) -> Comparison:
     if why:
         return Comparison(old.folder, new.folder, why)
     seed = int(meta_new.get("seed", 0))
-    paired = summarize(new.records, seed=seed, baseline=old.records, cache=new.cache).get("baseline", {})
+    block = summarize(new.records, seed=seed, baseline=old.records, cache=new.cache).get("baseline", {})
+    judged = judge_pair(block, gate_from(new.checks_meta, f"{new.folder}/checks.json"))
     before, after = headlines(old.summary), headlines(new.summary)
     moves = []
     for key in sorted(set(before) & set(after)):
@@ -155,22 +180,11 @@ def compare(old: Report, new: Report) -> Comparison:
         (was, interval), (now, _) = before[key], after[key]
         if round(was, 3) == round(now, 3):
             continue
-        cell = paired.get(family, {}).get(dataset) if dataset != ALL else None
-        change, worse = PAIRED.get(metric, (None, 0))
-        test = None
-        if cell is not None and change and cell.get(change) is not None:
-            test = {"diff": cell[change], "ci": cell.get(f"{change}_ci"),
-                    "p": (cell.get("mcnemar_acc" if metric == "acc" else "mcnemar_flip") or {}).get("p")}
-        if test is not None and test["ci"]:
-            low, high = test["ci"]
-            beyond = low > 0 or high < 0
-            regression = beyond and test["diff"] * worse > 0
-        else:
-            beyond = bool(interval) and not interval[0] <= now <= interval[1]
-            regression = False
-        moves.append(Move(f"{family}/{dataset}", metric, was, now, interval, test, beyond, regression))
-    moves.sort(key=lambda m: (not m.regression, not m.beyond, -m.half_widths, m.cell, m.metric))
-    return Comparison(old.folder, new.folder, [], moves, verdict_changes(old.results, new.results))
+        call = judged.calls.get(key)
+        beyond = call.beyond if call is not None else bool(interval) and not interval[0] <= now <= interval[1]
+        moves.append(Move(f"{family}/{dataset}", metric, was, now, interval, call, beyond))
+    moves.sort(key=lambda m: (not m.beyond, -m.half_widths, m.cell, m.metric))
+    return Comparison(old.folder, new.folder, [], judged, moves, verdict_changes(old.results, new.results))
 
 
 def _number(value: float | None) -> str:
@@ -181,50 +195,70 @@ def _interval(interval) -> str:
     return f" [{_number(interval[0])}, {_number(interval[1])}]" if interval else ""
 
 
+def _p(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+
+
 def _paired_text(move: Move) -> str:
-    if move.paired is None:
-        return "no paired test"
-    p = move.paired.get("p")
-    shown = "" if p is None else ", McNemar p<0.001" if p < 0.001 else f", McNemar p={p:.3f}"
-    return f"paired {move.paired['diff']:+.3f}{_interval(move.paired['ci'])}{shown}"
+    call = move.paired
+    if call is None:
+        return "no paired test (outside the old 95% interval)" if move.beyond else "no paired test"
+    return f"paired {call.diff:+.3f}{_interval(call.interval)} ({call.method}), McNemar {_p(call.p)}"
+
+
+def _regression_text(r: CheckResult) -> str:
+    """One regression check that failed, in words: the family, its headline's change and interval, the test."""
+    return f"{r.family} (all datasets) {r.check}: {r.detail}"
 
 
 def text_lines(comparison: Comparison) -> list[str]:
-    """The comparison for a terminal: what moved beyond noise, the checks that changed verdict, the verdict last; the
-    control characters of a name written out (``report.html.visible``)."""
+    """The comparison for a terminal: the regressions, what moved beyond noise, the checks that changed verdict, the
+    level they were judged at and the verdict last; the control characters of a name written out
+    (``report.html.visible``)."""
     c = comparison
     lines = [f"compare {c.old} (OLD) -> {c.new} (NEW)"]
     if not c.not_comparable:
-        for m in c.moves:
-            if m.beyond:
-                mark = "REGRESSION " if m.regression else ""
-                lines.append(f"  {mark}{m.cell} {m.metric}: {_number(m.old)} -> {_number(m.new)} (old interval"
-                             f"{_interval(m.interval)}; {_paired_text(m)})")
+        lines += [f"  REGRESSION {_regression_text(r)}" for r in c.regressed]
+        lines += [f"  REGRESSION check {name}: {old} -> {new}" for name, old, new in c.now_failing]
+        lines += [f"  {m.cell} {m.metric}: {_number(m.old)} -> {_number(m.new)} (old interval{_interval(m.interval)}; "
+                  f"{_paired_text(m)})" for m in c.moves if m.beyond]
         within = sum(not m.beyond for m in c.moves)
         if within:
             lines.append(f"  {within} other headline(s) moved within noise")
-        lines += [f"  check {name}: {old} -> {new}" for name, old, new in c.verdicts]
+        lines += [f"  check {name}: {old} -> {new}" for name, old, new in c.verdicts if (name, old, new)
+                  not in c.now_failing]
+        lines.append(f"  ({c.level()})")
     return [visible(line) for line in [*lines, c.verdict()]]
 
 
+def _folded(summary: str, lines: list[str]) -> list[str]:
+    """``lines`` folded under ``summary`` (a ``<details>`` block GitHub opens on a click); nothing when empty."""
+    return ["", f"<details><summary>{summary}</summary>", "", *lines, "", "</details>"] if lines else []
+
+
 def markdown(comparison: Comparison) -> str:
-    """The comparison as a pull request comment: the verdict, a table of the headlines beyond noise, the checks
-    that changed verdict; every text from the reports through ``report.markdown.md``."""
+    """The comparison as a pull request comment: the verdict and the level it was judged at, the regressions, then
+    folded the headlines that moved beyond noise and the other verdict changes; every text from the reports through
+    ``report.markdown.md``."""
     c = comparison
     out = ["## Robustness gate: NEW against OLD", "", f"**{md(c.verdict())}**", "",
            f"OLD: {md(c.old)}; NEW: {md(c.new)}", ""]
     if c.not_comparable:
         out += [f"- {md(why)}" for why in c.not_comparable]
         return "\n".join(out) + "\n"
+    out += [f"Judged as the gate judges `--baseline`: {md(c.level())}.", ""]
+    if c.regressed or c.now_failing:
+        out += ["### Regressions", ""]
+        out += [f"- **{md(r.family)}** (all datasets) {md(r.check)}: {md(r.detail)}" for r in c.regressed]
+        out += [f"- check {md(name)}: {md(old)} -> **fail**" for name, old, _ in c.now_failing]
     beyond = [m for m in c.moves if m.beyond]
-    if beyond:
-        out += ["| cell | headline | OLD [95% interval] | NEW | paired change | |", "| --- | --- | --- | --- | --- | --- |"]
-        out += [f"| {md(m.cell)} | {md(m.metric)} | {_number(m.old)}{_interval(m.interval)} | {_number(m.new)} | "
-                f"{_paired_text(m)} | {'**regression**' if m.regression else 'beyond noise'} |" for m in beyond]
-        out.append("")
-    within = sum(not m.beyond for m in c.moves)
-    out.append(f"{len(beyond)} headline(s) moved beyond noise, {within} within noise.")
-    if c.verdicts:
-        out += ["", "### Checks that changed verdict", ""]
-        out += [f"- {md(name)}: {md(old)} -> {'**fail**' if new == FAIL else md(new)}" for name, old, new in c.verdicts]
+    table = ["| cell | headline | OLD [95% interval] | NEW | paired change |", "| --- | --- | --- | --- | --- |"]
+    table += [f"| {md(m.cell)} | {md(m.metric)} | {_number(m.old)}{_interval(m.interval)} | {_number(m.new)} | "
+              f"{md(_paired_text(m))} |" for m in beyond]
+    out += _folded(f"{len(beyond)} dataset headline(s) moved beyond noise (never a regression on their own)",
+                   table if beyond else [])
+    others = [f"- {md(name)}: {md(old)} -> {md(new)}" for name, old, new in c.verdicts
+              if (name, old, new) not in c.now_failing]
+    out += _folded(f"{len(others)} other check(s) changed verdict", others)
+    out += ["", f"{sum(not m.beyond for m in c.moves)} headline(s) moved within noise."]
     return "\n".join(out) + "\n"

@@ -1,8 +1,10 @@
 """A model's robustness across checkpoints: the reports of several runs of the same rows (``checkpoint-<step>/``
 folders, as ``training.RobustnessCallback`` writes them), per cell each headline number with its
-interval, and each consecutive pair's paired change as ``--baseline`` judges it: the same rows matched between the
-two runs, the change of accuracy (and of the flip rate of a meaning-preserving family) over groups with its paired
-cluster-bootstrap 95% interval (``metrics.baseline``). A change whose interval excludes 0 is beyond noise (``*``).
+interval, and each consecutive pair judged as ``--baseline`` and ``compare`` judge it (``gate.regression.judge_pair``,
+under the later checkpoint's ``[gate]``): each dataset's change of accuracy (and of the flip rate of a
+meaning-preserving family) on the same rows, with its interval at the pair's level (``*``: beyond noise), and each
+family's regressions over all its datasets (``REGRESSION``), the ones the callback's ``stop_on_fail="regression"``
+stops on.
 
 Checkpoints whose configuration differs (rows, seed, rows per set, families, scoring, the model apart from its
 weights: ``report.review.configuration_differences``) are refused unless asked to be mixed; mixed, a cell's paired
@@ -23,15 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from laya_robustness.gate.regression import PairJudgement, gate_from, judge_pair
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.report.html import visible
 from laya_robustness.report.read_back import ReportFolder, read_folder
 from laya_robustness.report.review import configuration_differences
 from laya_robustness.summary import headlines, summarize
-
-#: The paired changes of a consecutive pair, as the baseline block names them, and the headline each moves.
-CHANGES = (("acc_diff", "acc"), ("flip_diff", "flip"))
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -82,7 +81,7 @@ def read_checkpoints(folders: Sequence[str | Path], mix: bool = False) -> list[C
     for step, folder in numbered:
         if out and step == out[-1].step:
             raise ValueError(f"{folder} and {out[-1].folder} are both step {step}")
-        out.append(Checkpoint(step, read_folder(folder)))
+        out.append(Checkpoint(step, read_folder(folder, checks=(Path(folder) / "checks.json").is_file())))
     for checkpoint in out[1:] if not mix else ():
         differ = configuration_differences(out[0].summary.get("meta", {}), checkpoint.summary.get("meta", {}))
         if differ:
@@ -92,12 +91,14 @@ def read_checkpoints(folders: Sequence[str | Path], mix: bool = False) -> list[C
     return out
 
 
-def paired_changes(before: Checkpoint, after: Checkpoint) -> dict[tuple[str, str], dict]:
-    """(family, dataset) -> the baseline block's cell of ``after`` against ``before`` (their predictions, matched
-    row by row): ``acc_diff`` / ``flip_diff`` with their intervals, the McNemar tests."""
+def paired_changes(before: Checkpoint, after: Checkpoint) -> tuple[dict[tuple[str, str, str], dict], PairJudgement]:
+    """``after`` judged against ``before`` (their predictions matched row by row: ``gate.regression.judge_pair``):
+    (family, dataset, metric) -> the change ``{diff, ci, method, beyond_noise}`` of each cell both scored on the very
+    same rows and judged, and the pair's judgement (its regressions)."""
     seed = int(after.summary.get("meta", {}).get("seed", 0))
     now, earlier = after.report.records, before.report.records
     block = summarize(now, seed=seed, baseline=earlier, cache=after.report.cache).get("baseline", {})
+    judged = judge_pair(block, gate_from(after.report.checks_meta, f"{after.folder}/checks.json"))
 
     def rows(records) -> dict:
         out: dict = {}
@@ -108,13 +109,9 @@ def paired_changes(before: Checkpoint, after: Checkpoint) -> dict[tuple[str, str
     then = rows(earlier)
     same = {cell for cell, ids in rows(now).items() if then.get(cell) == ids}  # the very same rows
     unjudged = before.not_judged | after.not_judged
-    return {(family, dataset): cell for family, cells in block.items() for dataset, cell in cells.items()
-            if dataset != ALL and (family, dataset) in same and (family, dataset) not in unjudged}
-
-
-def beyond_noise(interval) -> bool:
-    """Whether a paired change's 95% interval excludes 0."""
-    return bool(interval) and (interval[0] > 0 or interval[1] < 0)
+    changes = {key: {"diff": call.diff, "ci": list(call.interval), "method": call.method, "beyond_noise": call.beyond}
+               for key, call in judged.calls.items() if key[:2] in same and key[:2] not in unjudged}
+    return changes, judged
 
 
 def _families(values: Sequence[dict]) -> list[str]:
@@ -126,21 +123,36 @@ def _families(values: Sequence[dict]) -> list[str]:
     return list(out)
 
 
-def trend_rows(checkpoints: Sequence[Checkpoint]) -> list[dict]:
+def judged_pairs(checkpoints: Sequence[Checkpoint]) -> list[tuple[dict, PairJudgement]]:
+    """``paired_changes`` of each consecutive pair of checkpoints."""
+    return [paired_changes(a, b) for a, b in zip(checkpoints, checkpoints[1:])]
+
+
+def regression_lines(checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[dict, PairJudgement]]) -> list[str]:
+    """One line per regression of a checkpoint against the one before (each family over all its datasets), as
+    ``compare`` and ``--baseline`` call it; the level each pair was judged at."""
+    out = []
+    for (_, judged), a, b in zip(pairs, checkpoints, checkpoints[1:]):
+        out += [f"REGRESSION {a.label} -> {b.label}: {r.family} (all datasets) {r.check}: {r.detail}"
+                for r in judged.regressions]
+    if pairs:
+        j = pairs[-1][1]
+        out.append(f"(regressions judged at family-wise alpha {j.alpha:g} over each pair's family headlines, "
+                   f"{j.level:.3g} each; * a dataset's change beyond noise at alpha {j.alpha:g} over its pair's "
+                   f"dataset headlines, {j.moves_level:.3g} each)")
+    return out
+
+
+def trend_rows(checkpoints: Sequence[Checkpoint], pairs: Sequence[tuple[dict, PairJudgement]] | None = None
+               ) -> list[dict]:
     """One row per (family, dataset, metric): its value and interval at each checkpoint, and the paired change
     from each checkpoint to the next (acc and flip; None for another metric or an unmatched cell)."""
     values = [{k: v for k, v in headlines(c.summary).items() if k[:2] not in c.not_judged} for c in checkpoints]
-    changes = [paired_changes(a, b) for a, b in zip(checkpoints, checkpoints[1:])]
+    changes = [change for change, _ in (judged_pairs(checkpoints) if pairs is None else pairs)]
     order = {family: i for i, family in enumerate(_families(values))}
     rows = []
     for family, dataset, metric in sorted({k for v in values for k in v}, key=lambda k: (order[k[0]], k[1], k[2])):
-        diff_key = next((d for d, m in CHANGES if m == metric), None)
-        pairs = []
-        for change in changes:
-            cell = change.get((family, dataset), {})
-            diff = cell.get(diff_key) if diff_key else None
-            ci = cell.get(f"{diff_key}_ci") if diff_key else None
-            pairs.append(None if diff is None else {"diff": diff, "ci": ci, "beyond_noise": beyond_noise(ci)})
+        pairs = [change.get((family, dataset, metric)) for change in changes]
         rows.append({"family": family, "dataset": dataset, "metric": metric,
                      "values": [v.get((family, dataset, metric)) for v in values], "changes": pairs})
     return rows
@@ -160,7 +172,8 @@ def _change(change) -> str:
 def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None = None) -> list[str]:
     """The trend as text: per cell and metric, each checkpoint's value [95% CI] and, after it, the paired change
     from the one before (``*``: its interval excludes 0); a name's control characters written out."""
-    rows = trend_rows(checkpoints) if rows is None else rows
+    pairs = judged_pairs(checkpoints)
+    rows = trend_rows(checkpoints, pairs) if rows is None else rows
     head = ["family", "dataset", "metric", *(c.label for c in checkpoints)]
     table = [head]
     for r in rows:
@@ -170,11 +183,10 @@ def trend_table(checkpoints: Sequence[Checkpoint], rows: Sequence[dict] | None =
         table.append([visible(r["family"]), visible(r["dataset"]), visible(r["metric"]), *cells])
     widths = [max(len(t[i]) for t in table) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in table]
-    notes = ["(change): the paired change from the step before, on the same rows; * its 95% interval excludes 0 "
-             "(beyond noise)"]
+    notes = ["(change): the paired change from the step before, on the same rows; * beyond noise"]
     if any(not c.complete for c in checkpoints):
         notes.append("(incomplete): a run that did not judge every cell it asked for; a cell it did not judge shows -")
-    return lines + notes
+    return lines + [visible(line) for line in regression_lines(checkpoints, pairs)] + notes
 
 
 def _plots(rows: Sequence[dict], steps: Sequence[int], family: str) -> list[tuple[str, str]]:
@@ -191,7 +203,8 @@ def _plots(rows: Sequence[dict], steps: Sequence[int], family: str) -> list[tupl
 
 def trend_html(checkpoints: Sequence[Checkpoint]) -> str:
     """The trend page: per family its plots (a metric each, the step on x) above its rows of the table."""
-    rows = trend_rows(checkpoints)
+    pairs = judged_pairs(checkpoints)
+    rows = trend_rows(checkpoints, pairs)
     steps = [c.step for c in checkpoints]
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>robustness across checkpoints</title>",
              "<style>body{font-family:sans-serif;margin:8px} .plots{display:flex;flex-wrap:wrap;gap:8px} "
@@ -200,7 +213,8 @@ def trend_html(checkpoints: Sequence[Checkpoint]) -> str:
              "padding:2px 6px;white-space:nowrap} .noise{font-weight:bold;color:#b00}</style></head><body>",
              f"<h1>Robustness across {len(checkpoints)} checkpoints</h1>",
              "<p>Plots: each dataset's value at each checkpoint step, its 95% interval as a band. (change): the "
-             "paired change from the step before, on the same rows; in bold red: its 95% interval excludes 0.</p>"]
+             "paired change from the step before, on the same rows; in bold red: beyond noise.</p>",
+             *(f"<p>{html.escape(visible(line))}</p>" for line in regression_lines(checkpoints, pairs))]
     head = "".join(f"<th>{html.escape(c.label)}</th>" for c in checkpoints)
     for family in _families([headlines(c.summary) for c in checkpoints]):
         mine = [r for r in rows if r["family"] == family]

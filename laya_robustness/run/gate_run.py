@@ -344,7 +344,7 @@ class GateRun:
         scopes = cut_short(scopes, reason)
         if self.has_reports():
             gate_meta = lambda: {"interval_checks": self.n_interval_checks,  # noqa: E731
-                                 "alpha": self.thresholds.gate.alpha}
+                                 "alpha": self.thresholds.gate.alpha, "gate": asdict(self.thresholds.gate)}
             reports = device_reports(held, self._facts(), reason, scopes, self._summary, gate_meta)
         known = {(r["family"], r["dataset"], r["check"]): hit.reason for r in held.results
                  if (hit := self.thresholds.known_limitation(r["family"], r["dataset"], r["check"])) is not None}
