@@ -17,6 +17,7 @@ import pytest
 
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.executors.distributed import agreement, disagreement, stall_seconds
+from torchrun_parts import torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "torchrun_run_gate.py"
@@ -35,10 +36,7 @@ def _accounts(out: Path) -> list[dict]:
 
 
 def _torchrun(case: str, out: Path) -> list[dict]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(PROGRAM),
-               case, str(out)]
-    done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=WORLD_TIMEOUT)
-    assert done.returncode == 0, done.stderr[-4000:]
+    torchrun(PROGRAM, case, out, WORLD_TIMEOUT, OMP_NUM_THREADS="1")
     return _accounts(out)
 
 

@@ -6,9 +6,6 @@ chunk share."""
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from laya_robustness import run_gate
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.executors.distributed import share
 from laya_robustness.training import RobustnessCallback
+from torchrun_parts import torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "torchrun_gate.py"
@@ -27,15 +25,7 @@ WORLD_TIMEOUT = 300
 
 
 def _torchrun(setup: str, out: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(PROGRAM), setup, str(out)]
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=WORLD_TIMEOUT)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the {setup} world did not end in {WORLD_TIMEOUT} s (a rank waiting forever?): {exc.stderr}")
-    assert done.returncode == 0, done.stderr[-4000:]
+    torchrun(PROGRAM, setup, out, WORLD_TIMEOUT)
 
 
 def _predictions(folder: Path) -> list[str]:

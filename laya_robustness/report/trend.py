@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Sequence
 
 from laya_robustness.gate.regression import PairJudgement, gate_from, judge_pair
-from laya_robustness.metrics.baseline import ALL
 from laya_robustness.report.html import visible
 from laya_robustness.report.read_back import ReportFolder, read_folder
 from laya_robustness.report.review import configuration_differences
