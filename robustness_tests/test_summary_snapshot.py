@@ -4,31 +4,34 @@ import json
 from pathlib import Path
 
 import pytest
-from syrupy.extensions.json import JSONSnapshotExtension
 
 from laya_robustness.pytest_plugin.snapshot import (
     COMPARED_ON_CONTROLLER,
     SnapshotOutcome,
+    accept_command,
     serialized,
     snapshot_changes,
     snapshot_name,
     snapshot_view,
+    summary_snapshot,
 )
 
 
 @pytest.fixture
-def snapshot_json(snapshot):
-    return snapshot.use_extension(JSONSnapshotExtension)
+def snapshot(request):
+    """This configuration's summary snapshot (in place of syrupy's ``snapshot``: ``summary_snapshot``), so an update
+    writes its own file and never deletes another configuration's."""
+    return summary_snapshot(request)
 
 
-def test_summary_snapshot(robustness, device, snapshot_json, request):
+def test_summary_snapshot(robustness, device, snapshot, request):
     """Every family's metrics equal the snapshot; ``--snapshot-update`` records or accepts new numbers."""
     name = snapshot_name(robustness, device)
-    expected = snapshot_json(name=name)
+    expected = snapshot(name=name)
     stored = Path(expected.extension.get_location(test_location=expected.test_location, index=expected.index))
     if not stored.exists() and not request.config.option.update_snapshots:
         pytest.skip(f"no snapshot yet for this configuration ({name}): nothing to compare with. Record one "
-                    f"with `pytest robustness_tests --snapshot-update` (same options) and review it in the PR")
+                    f"with `{accept_command(request.config)}` and review it in the PR")
     if hasattr(request.config, "workerinput"):  # an xdist worker holds only its own share of the records
         robustness.defer_snapshot(device, name, stored, request.node.nodeid)
         pytest.skip(COMPARED_ON_CONTROLLER)

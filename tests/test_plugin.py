@@ -482,7 +482,7 @@ def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):
     # the command to accept it is the run's own (its options name the snapshot), without xdist
     changed.stdout.fnmatch_lines(["review the change; accept it with `pytest *robustness_tests --import-mode=importlib "
                                   "--thresholds limits.toml -k 'not (benchmark or invariance or gpu)' -rs "
-                                  "--snapshot-update`"])
+                                  "--snapshot-update -n 0`"])
     # the worker skipped its snapshot test to have it compared here: it is counted as the failure it is
     assert changed.parseoutcomes()["failed"] == 1 and same.parseoutcomes()["skipped"] == \
         changed.parseoutcomes()["skipped"] + 1, changed.stdout.lines[-1]
@@ -506,6 +506,60 @@ def test_each_scoring_configuration_keeps_its_own_snapshot(gate):
     for extra in ((), ("--scoring-path", "predict")):
         again = gate.runpytest_subprocess(*base, *extra)
         again.assert_outcomes(passed=1)
+
+
+COMMITTED_SNAPSHOTS = ROOT / "robustness_tests" / "__snapshots__"
+SYRUPY_UNUSED = ("unused", "Deleted", "delete unused snapshots")
+
+
+def _with_committed_snapshots(gate) -> dict[Path, bytes]:
+    """The project's committed snapshots (the embedded default's: another configuration here) copied into the gate's
+    copy, by path with their bytes."""
+    shutil.copytree(COMMITTED_SNAPSHOTS, gate.path / "robustness_tests" / "__snapshots__")
+    return {p: p.read_bytes() for p in (gate.path / "robustness_tests" / "__snapshots__").rglob("*.json")}
+
+
+def test_a_snapshot_update_writes_its_own_configuration_and_keeps_every_other(gate):
+    """The issue's case: another configuration's committed snapshot was deleted as "unused" by an update with other
+    options (and a plain run with it beside its own failed, syrupy counting it unused). Whatever the options (rows
+    per set, families, --data, -k), an update writes its own configuration's file and leaves every other
+    byte-identical, and syrupy says nothing of unused snapshots."""
+    committed = _with_committed_snapshots(gate)
+    base = ("robustness_tests", "--import-mode=importlib", "--thresholds", "limits.toml", "--benchmark-skip", "-rs")
+    issue = ("--families", "option_order", "--rows-per-set", "2")  # the issue's options
+    for options in (issue, ("--data", "rows/colour_choice.jsonl", "-k", "snapshot or option_order")):
+        updated = gate.runpytest_subprocess(*base, *options, "--snapshot-update", "-n", "0")
+        assert updated.ret == 0, updated.stdout.str()
+        assert {p: p.read_bytes() for p in committed if p.exists()} == committed, options  # there, byte-identical
+        assert not any(word in updated.stdout.str() for word in SYRUPY_UNUSED), updated.stdout.str()
+    own = {p.name for p in (gate.path / "robustness_tests" / "__snapshots__").rglob("*.json")} - \
+        {p.name for p in committed}
+    assert own == {"test_summary_snapshot[cpu][fake-model.cpu.rows.s0.n2.option_order.fakes_oracle].json",
+                   "test_summary_snapshot[cpu][fake-model.cpu.rows_colour_choice_jsonl.s0.n0.all.fakes_oracle].json"}
+    again = gate.runpytest_subprocess(*base, *issue)
+    assert again.ret == 0, again.stdout.str()  # its own matches; the others are no "unused" failure
+    again.stdout.fnmatch_lines(["*1 snapshot passed.*"])
+    assert not any(word in again.stdout.str() for word in SYRUPY_UNUSED), again.stdout.str()
+    # a configuration without a snapshot: the advice records it with the run's own options and -n 0, as the docs do
+    skipped = gate.runpytest_subprocess(*base, "--rows-per-set", "3", "-k", "snapshot")
+    pytest.LineMatcher(unwrap(skipped.stdout.lines)).fnmatch_lines([
+        "SKIPPED*no snapshot yet for this configuration (fake-model.cpu.rows.s0.n3.all.fakes_oracle)*Record one with "
+        "`pytest *robustness_tests --import-mode=importlib --thresholds limits.toml --benchmark-skip -rs "
+        "--rows-per-set 3 -k snapshot --snapshot-update -n 0`*"])
+
+
+@pytest.mark.parametrize("update", [(), ("--snapshot-update", "-n", "0")])
+def test_a_usage_error_leaves_every_snapshot_and_no_syrupy_advice(gate, update):
+    """Bad rows end the run at collection (exit 4). syrupy, its hooks called before the gate's (``-p
+    laya_robustness`` loads the gate's plugin first, as an editable install in the project root does), used to
+    count every committed snapshot unused, advise deleting it and, under --snapshot-update, delete it."""
+    committed = _with_committed_snapshots(gate)
+    (gate.path / "bad.jsonl").write_text('{"row_id": "a", "question": "q?", "options": ["x", "y"], "answer": 0}\n')
+    result = gate.runpytest_subprocess("robustness_tests", "-p", "laya_robustness", "--import-mode=importlib",
+                                       "--thresholds", "limits.toml", "--data", "bad.jsonl", *update)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    assert {p: p.read_bytes() for p in committed if p.exists()} == committed
+    assert not any(word in result.stdout.str() for word in SYRUPY_UNUSED), result.stdout.str()
 
 
 @pytest.mark.parametrize(("value", "header"), [

@@ -168,6 +168,44 @@ def test_k_negation_alone_gives_a_report_of_negation_saying_so(gate):
     assert "narrowed by -k test_negation and not gpu" in first
 
 
+def test_a_narrowing_or_a_retry_never_turns_a_failing_gate_into_a_pass(gate):
+    """The issue's case: after a failing run (option_order crosses its limit on both sets), a narrowed run that leaves
+    the failing checks out used to exit 0. It folds in the earlier run's verdicts of the checks it did not judge (the
+    same configuration, read from the report folder), so a failure not judged again keeps the exit at 1, naming it;
+    a run of another configuration folds nothing in and says why."""
+    _cached(gate, FAILING_LIMITS)
+    assert _gate(gate, *FAMILIES, "-k", NOT_GATE).ret == 1
+    colour = "robustness_tests/test_families.py::test_option_order[colour_choice-cpu]"
+    (gate.path / "limits.toml").write_text(PASSING_LIMITS)  # the retry's rerun passes; the deselected one is not rerun
+    retry = ("-k", NOT_GATE, "--lf", "--deselect", colour)
+    for narrowing, failed in ((("-k", "test_orig and not gpu"), 2), (retry, 1)):
+        result = _gate(gate, *FAMILIES, *narrowing)
+        assert result.ret == 1, (narrowing, result.stdout.str())
+        pytest.LineMatcher(unwrap(result.stdout.lines)).fnmatch_lines([
+            "FAIL option_order/colour_choice max_flip: * (the earlier run's verdict: not judged again)",
+            f"folded in: the * checks this run did not judge keep the verdicts of the run in {gate.path / 'reports'} "
+            f"(the same configuration): {failed} failed there"])
+    other = _gate(gate, *FAMILIES, "--seed", "1", "-k", "test_orig and not gpu")
+    assert other.ret == 0, other.stdout.str()
+    pytest.LineMatcher(unwrap(other.stdout.lines)).fnmatch_lines([
+        f"the earlier run's verdicts are not folded in: the run in {gate.path / 'reports'} is of another configuration "
+        "(seed differs (0 in OLD, 1 in NEW)*"])
+
+
+@pytest.mark.parametrize("selection", ["invariance and not gpu", "variant_build_time"])
+def test_a_selection_that_judges_no_cell_does_not_pass(gate, selection):
+    """``-k invariance`` (invariance conditions alone) and ``-k variant_build_time`` (a benchmark alone) used to exit 0
+    having judged none of the configuration's cells: they end NOTHING JUDGED, exit 4, saying why."""
+    _cached(gate, PASSING_LIMITS + "[invariance.batched]\nmax_abs_dp = 1e-5\nmax_abs_dlogit = 1e-4\nmax_flips = 0\n")
+    result = _gate(gate, "-k", selection)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    judged = "the 1 check it judged holds" if "invariance" in selection else "it judged no check; its tests were " \
+        "benchmarks, throughput with no verdict: --benchmark-only runs them alone"
+    pytest.LineMatcher(unwrap(result.stdout.lines)).fnmatch_lines([
+        f"NOTHING JUDGED (exit 4, the gate did not pass): no cell was judged: -k {selection} left out every family "
+        f"test and the summary snapshot, and a gate passes on its cells ({judged})"])
+
+
 def test_a_shuffled_run_gives_the_same_reports_as_an_ordered_one(gate):
     """pytest-randomly shuffles the gate's tests: the reports are byte-identical to the ordered run's."""
     pytest.importorskip("pytest_randomly")

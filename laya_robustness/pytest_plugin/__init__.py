@@ -7,11 +7,12 @@ import pytest
 from laya_robustness.families import declared
 from laya_robustness.pytest_plugin import options
 from laya_robustness.pytest_plugin.estimate import show_time_left
+from laya_robustness.pytest_plugin.gate_tests import FAMILY_ATTRIBUTE
 from laya_robustness.pytest_plugin.gpus import assign_worker_gpu, worker_threads
-from laya_robustness.pytest_plugin.selection import narrowed_by, planned_cells
+from laya_robustness.pytest_plugin.selection import narrowed_by, planned_cells, selected_by
 from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
-from laya_robustness.run.judged import NO_CUDA
+from laya_robustness.run.judged import NO_CUDA, no_cell_judged
 from laya_robustness.run.outcome import Ending, RunOutcome
 
 SESSION_KEY = pytest.StashKey[RobustnessSession]()
@@ -146,6 +147,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                                         pytest.param(GPU_DEVICE, id="gpu", marks=pytest.mark.gpu)])
 
 
+@pytest.hookimpl(tryfirst=True)  # before syrupy's: a usage error leaves it no collected test to count snapshots of
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # slow tests (the rotation sweep, the 256M benchmark) run only when -m names them
     if "slow" not in (config.option.markexpr or ""):
@@ -157,6 +159,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _benchmarks_when_asked(config, session, items)
     session.snapshot_tests = {i.nodeid for i in items if "snapshot" in getattr(i, "fixturenames", ())}
     session.check_ids = {i.nodeid for i in items if _is_gate_check(i)}
+    session.cell_ids = {i.nodeid for i in items if _judges_cells(i)}
     gate_items = any("robustness" in getattr(i, "fixturenames", ()) for i in items)
     if session.usage_error is not None or gate_items:
         if not _inputs_valid(config, session, items):  # bad data or thresholds: a usage error before any test runs
@@ -187,6 +190,12 @@ def _is_gate_check(item: pytest.Item) -> bool:
     """A test that judges the gate: it uses the ``robustness`` fixture and is no benchmark (which measures only)."""
     names = getattr(item, "fixturenames", ())
     return "robustness" in names and "benchmark" not in names
+
+
+def _judges_cells(item: pytest.Item) -> bool:
+    """A gate check of cells: a family test, or the summary snapshot (every cell's numbers)."""
+    family = hasattr(getattr(item, "function", None), FAMILY_ATTRIBUTE)
+    return _is_gate_check(item) and (family or "snapshot" in getattr(item, "fixturenames", ()))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -418,17 +427,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if state.deferred_snapshots and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         _compare_deferred_snapshots(session, state)
-    state.tally.judged += len(state.snapshot_outcomes)  # a snapshot compared on the controller judged the run
-    nothing = None
-    if session.exitstatus == pytest.ExitCode.OK and not session.config.getoption("benchmark_only", False):
-        nothing = state.tally.nothing_judged()
-    state.nothing_judged = nothing
+    compared = len(state.snapshot_outcomes)  # a snapshot compared on the controller judged the run's cells
+    state.tally.judged, state.tally.cells = state.tally.judged + compared, state.tally.cells + compared
+    selected = selected_by(session.config, bool(session.shouldstop or session.shouldfail))
+    nothing = state.nothing_judged = _nothing_judged(session, state, selected)
     outcome = state.run.finish(ending(session, exitstatus, nothing))
+    if selected:  # before this run's reports replace the earlier run's
+        from laya_robustness.pytest_plugin.earlier import folded
+
+        outcome = outcome.with_folded(folded(outcome, state.run.report_dir))
     if state.run.has_reports():
         outcome = _written(state, outcome)
     state.outcome = outcome
     if outcome.exit_status != outcome.caller_status:
         session.exitstatus = outcome.exit_status
+
+
+def _nothing_judged(session: pytest.Session, state: RobustnessSession, selected: list[str]):
+    """Why a run that would pass judged nothing (``run.judged``): every check it asked for skipped, or its test
+    selection left out every cell the gate collected; None when it judged, or asked for the benchmarks alone."""
+    if session.exitstatus != pytest.ExitCode.OK or session.config.getoption("benchmark_only", False):
+        return None
+    benchmarks = any("benchmark" in getattr(item, "fixturenames", ()) for item in session.items)
+    return state.tally.nothing_judged() or (no_cell_judged(state.tally, selected, benchmarks)
+                                            if state.cell_ids else None)
 
 
 def _written(state: RobustnessSession, outcome: RunOutcome) -> RunOutcome:

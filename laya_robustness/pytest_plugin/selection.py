@@ -13,10 +13,17 @@ from laya_robustness.run.gate_run import GateRun
 
 def narrowed_by(config: pytest.Config, families: tuple[str, ...], stopped: bool) -> list[str]:
     """The options of this run that narrow what it covers (see the module doc), as given, in a fixed order."""
-    option = config.option
     out = []
     if tuple(families) != default_of("--families"):
         out.append(f"--families {','.join(families)}")
+    return out + selected_by(config, stopped)
+
+
+def selected_by(config: pytest.Config, stopped: bool) -> list[str]:
+    """The test selection of this run that left some of its configuration's tests out (``narrowed_by`` less
+    ``--families``, which chooses the configuration itself)."""
+    option = config.option
+    out = []
     if getattr(option, "keyword", ""):
         out.append(f"-k {option.keyword}")
     if getattr(option, "markexpr", ""):

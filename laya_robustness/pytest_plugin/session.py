@@ -58,6 +58,7 @@ class RobustnessSession:
         self.snapshot_note: str | None = None  # why the snapshot was not compared, said at the end
         # the gate's checks this process ran (tests of the ``robustness`` fixture, benchmarks aside): judged or not
         self.check_ids: set[str] = set()
+        self.cell_ids: set[str] = set()  # those of them that judge cells: the family tests and the summary snapshot
         self.tally = JudgedTally()
         self.nothing_judged: NothingJudged | None = None  # set when the run ends having judged no check
         self.outcome: RunOutcome | None = None  # what the run ended with (``GateRun.finish``), once it ended
@@ -114,7 +115,7 @@ class RobustnessSession:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             self.tally.asked_for(skipped=reason.removeprefix("Skipped: "), not_applicable=inapplicable)
         else:  # passed, failed, xfailed or xpassed in its call; an error in its setup judged nothing
-            self.tally.asked_for(judged=report.when == "call")
+            self.tally.asked_for(judged=report.when == "call", cell=report.nodeid in self.cell_ids)
 
     def defer_snapshot(self, device: str, name: str, path, nodeid: str | None = None) -> None:
         """A worker's summary snapshot (of the test ``nodeid``), to be compared on the controller once every

@@ -19,6 +19,10 @@ Under xdist no worker has every record, so a worker's snapshot test only names t
 (``defer_snapshot``) and skips; the controller compares it once the workers' records are merged
 (``compare_deferred``: the same serialisation syrupy compares), prints the outcome in the terminal
 summary and fails the run's exit status when it differs.
+
+syrupy holds the snapshot files (``SummarySnapshotExtension``), but no run can tell another configuration's snapshot
+unused: each run compares only its own. So the extension discovers none, and syrupy never counts another
+configuration's committed snapshot unused, fails a passing run over it or deletes it under ``--snapshot-update``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from syrupy.data import SnapshotCollections
+from syrupy.extensions.json import JSONSnapshotExtension
 
 from laya_robustness.pytest_plugin.options import default_of
 from laya_robustness.report.review import half_widths
@@ -201,11 +208,32 @@ def snapshot_changes(stored: dict, actual: dict) -> list[str]:
     return lines + [line for _, line in sorted(moved)]
 
 
+class SummarySnapshotExtension(JSONSnapshotExtension):
+    """syrupy's JSON snapshot, one file per run configuration, that discovers no snapshot (see the module doc):
+    syrupy's unused-snapshot accounting sees only the file this run compares or writes."""
+
+    def discover_snapshots(self, **where) -> SnapshotCollections:
+        return SnapshotCollections()
+
+
+def summary_snapshot(request):
+    """The running test's syrupy assertion of the summary snapshot, made with ``SummarySnapshotExtension`` alone:
+    syrupy's own ``snapshot`` fixture would also register its default extension, whose discovery counts every
+    other configuration's file in ``__snapshots__`` as an unknown, unused one."""
+    from syrupy.assertion import SnapshotAssertion
+    from syrupy.location import PyTestLocation
+
+    option = request.config.option
+    values = {"update_snapshots": option.update_snapshots, "extension_class": SummarySnapshotExtension,
+              "test_location": PyTestLocation(request.node), "session": request.config._syrupy}
+    if hasattr(option, "update_new_snapshots_only"):  # a newer syrupy's option
+        values["update_new_snapshots_only"] = option.update_new_snapshots_only
+    return SnapshotAssertion(**values)
+
+
 def serialized(view: dict) -> str:
     """A snapshot view serialised exactly as the snapshot file holds it (syrupy's JSON extension)."""
-    from syrupy.extensions.json import JSONSnapshotExtension
-
-    return JSONSnapshotExtension().serialize(view)
+    return SummarySnapshotExtension().serialize(view)
 
 
 def serialized_view(session, device: str) -> str:
@@ -226,3 +254,37 @@ def compare_deferred(session) -> list[SnapshotOutcome]:
         out.append(SnapshotOutcome(item["device"], item["name"], actual == stored, diff, changes,
                                    nodeid=item.get("nodeid")))
     return out
+
+
+#: xdist's options (syrupy cannot update snapshots under workers), with whether each takes a value.
+XDIST_FLAGS = {"-n": True, "--numprocesses": True, "--dist": True, "-d": False, "--maxprocesses": True}
+
+
+def accept_command(config) -> str:
+    """The command that records this run's snapshot: the run's own arguments (its model, data, families and every
+    other option name the snapshot), without xdist, with ``--snapshot-update`` and, where xdist is installed,
+    ``-n 0`` (an ``-n`` in addopts would otherwise refuse the update).
+
+    >>> class Config:
+    ...     class invocation_params:
+    ...         args = ("robustness_tests", "-n", "2", "--model", "my model", "--dist=load", "-k", "text")
+    ...     class pluginmanager:
+    ...         hasplugin = staticmethod(lambda name: name == "xdist")
+    >>> accept_command(Config)
+    "pytest robustness_tests --model 'my model' -k text --snapshot-update -n 0"
+    """
+    import shlex
+
+    words, kept = list(config.invocation_params.args), []
+    while words:
+        word = words.pop(0)
+        flag = word.split("=", 1)[0]
+        if word == "--snapshot-update":
+            continue
+        if flag in XDIST_FLAGS or (word.startswith("-n") and word[2:].isdigit()):
+            if XDIST_FLAGS.get(flag) and "=" not in word and words:
+                words.pop(0)
+            continue
+        kept.append(word)
+    serial = ["-n", "0"] if config.pluginmanager.hasplugin("xdist") else []
+    return shlex.join(["pytest", *kept, "--snapshot-update", *serial])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from laya_robustness.pytest_plugin.snapshot import accept_command
 from laya_robustness.report.cells import (
     FAIL,
     MARKS,
@@ -236,7 +237,30 @@ def write_summary(reporter, session) -> None:
         for line in verdict_lines(outcome, device, verbosity > 0):
             failing = line.startswith(MARKS[FAIL]) or line.startswith(MARKS[XPASS])
             write_wrapped(reporter, line, red=failing)
+    for line, failing in folded_lines(outcome.folded):
+        write_wrapped(reporter, line, red=failing)
     _nothing_judged(reporter, session)
+
+
+def folded_lines(folded) -> list[tuple[str, bool]]:
+    """``(line, failing)``: what a narrowed run took from the earlier run in its report folder for the checks it did
+    not judge (``pytest_plugin.earlier``), each failed check there first, or why it took nothing.
+
+    >>> from laya_robustness.run.outcome import Folded
+    >>> failed, counted = folded_lines(Folded("reports", 3, ("text/a max_flip: flip 0.3 > max_flip 0.1",)))
+    >>> failed
+    ("FAIL text/a max_flip: flip 0.3 > max_flip 0.1 (the earlier run's verdict: not judged again)", True)
+    >>> counted[0].endswith("keep the verdicts of the run in reports (the same configuration): 1 failed there")
+    True
+    """
+    if folded is None or not (folded.taken or folded.refused):
+        return []
+    if folded.refused:
+        return [(f"the earlier run's verdicts are not folded in: {folded.refused}", False)]
+    failed = [(f"{MARKS[FAIL]} {line} (the earlier run's verdict: not judged again)", True) for line in folded.failures]
+    status = f"{len(folded.failures)} failed there" if folded.failures else "none failed there"
+    return failed + [(f"folded in: the {folded.taken} checks this run did not judge keep the verdicts of the run in "
+                      f"{folded.source} (the same configuration): {status}", bool(folded.failures))]
 
 
 def write_wrapped(reporter, line: str, **markup) -> None:
@@ -252,36 +276,6 @@ def _nothing_judged(reporter, session) -> None:
     if nothing is not None:
         write_wrapped(reporter, f"NOTHING JUDGED (exit {nothing.status}, the gate did not pass): {nothing.message}",
                       red=True)
-
-
-#: xdist's options (syrupy cannot update snapshots under workers), with whether each takes a value.
-XDIST_FLAGS = {"-n": True, "--numprocesses": True, "--dist": True, "-d": False, "--maxprocesses": True}
-
-
-def accept_command(config) -> str:
-    """The command that records this run's snapshot: the run's own arguments (its model, data, families and every
-    other option name the snapshot), without xdist, with ``--snapshot-update``.
-
-    >>> class Config:
-    ...     class invocation_params:
-    ...         args = ("robustness_tests", "-n", "2", "--model", "my model", "--dist=load", "-k", "text")
-    >>> accept_command(Config)
-    "pytest robustness_tests --model 'my model' -k text --snapshot-update"
-    """
-    import shlex
-
-    words, kept = list(config.invocation_params.args), []
-    while words:
-        word = words.pop(0)
-        flag = word.split("=", 1)[0]
-        if word == "--snapshot-update":
-            continue
-        if flag in XDIST_FLAGS or (word.startswith("-n") and word[2:].isdigit()):
-            if XDIST_FLAGS.get(flag) and "=" not in word and words:
-                words.pop(0)
-            continue
-        kept.append(word)
-    return shlex.join(["pytest", *kept, "--snapshot-update"])
 
 
 def written_line(paths: list) -> str:

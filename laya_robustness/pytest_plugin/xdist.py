@@ -59,15 +59,16 @@ def worker_payload(session) -> str:
     """What a worker sends the controller, as JSON: its run's part (``GateRun.worker_payload``) and its session's."""
     return json.dumps({**session.run.worker_payload(), "snapshots": session.deferred_snapshots,
                        "start_error": session.start_error, "tally": session.tally.as_dict(),
-                       "snapshot_tests": sorted(session.snapshot_tests)})
+                       "snapshot_tests": sorted(session.snapshot_tests), "cell_tests": sorted(session.cell_ids)})
 
 
 def merge_payload(session, payload: str) -> None:
-    """Add a worker's run (``GateRun.merge_worker``), its checks' tally, start error and snapshots."""
+    """Add a worker's run (``GateRun.merge_worker``), its checks' tally, start error, snapshots and cell tests."""
     data = json.loads(payload)
     session.run.merge_worker(data)
     session.tally.merge(data["tally"])
     session.snapshot_tests |= set(data["snapshot_tests"])
+    session.cell_ids |= set(data["cell_tests"])
     if data["start_error"] and session.start_error is None:
         session.start_error = tuple(data["start_error"])
     for snapshot in data["snapshots"]:

@@ -2,7 +2,9 @@
 comparisons, the summary snapshot) asked for, judged and skipped with their reasons, and the verdict on a run that
 judged none. A run that judged nothing never passes: its status is a usage error (exit 4) when its selection, options
 or machine leave nothing to judge, and a harness error (exit 3) when rows were scored but every limit came back not
-applicable (the model's outputs give the limits nothing to judge).
+applicable (the model's outputs give the limits nothing to judge). A run narrowed by test selection (``-k``, ``-m``,
+``--lf``, ...) that judged checks but no cell (the family cells, or the summary snapshot over all of them) does not
+pass either (``no_cell_judged``): a gate passes on its cells.
 
 >>> tally = JudgedTally()
 >>> tally.asked_for(skipped="a reason"); tally.asked_for(skipped="a reason")
@@ -13,6 +15,9 @@ applicable (the model's outputs give the limits nothing to judge).
 nothing was judged: all 3 checks asked for were skipped (2: a reason; 1: not in --families)
 >>> tally.asked_for(judged=True); tally.nothing_judged() is None
 True
+>>> print(no_cell_judged(tally, ["-k invariance"]).message)
+no cell was judged: -k invariance left out every family test and the summary snapshot, and a gate passes on its \
+cells (the 1 check it judged holds)
 """
 
 from __future__ import annotations
@@ -46,11 +51,15 @@ class JudgedTally:
     judged: int = 0
     not_applicable: int = 0
     skipped: Counter = field(default_factory=Counter)
+    cells: int = 0  # the judged checks that judged cells: a family cell, or the summary snapshot (every cell)
 
-    def asked_for(self, *, judged: bool = False, skipped: str | None = None, not_applicable: bool = False) -> None:
-        """Count one check: judged, skipped with its reason, or scored with every limit not applicable."""
+    def asked_for(self, *, judged: bool = False, skipped: str | None = None, not_applicable: bool = False,
+                  cell: bool = False) -> None:
+        """Count one check: judged, skipped with its reason, or scored with every limit not applicable; ``cell``:
+        a check of cells (a family cell, the summary snapshot)."""
         self.asked += 1
         self.judged += bool(judged)
+        self.cells += bool(judged and cell)
         self.not_applicable += bool(not_applicable)
         if skipped is not None and not not_applicable:
             self.skipped[skipped] += 1
@@ -59,11 +68,12 @@ class JudgedTally:
         """Add another process's tally (``as_dict()``'s form: an xdist worker's)."""
         self.asked += other["asked"]
         self.judged += other["judged"]
+        self.cells += other.get("cells", 0)
         self.not_applicable += other["not_applicable"]
         self.skipped.update(other["skipped"])
 
     def as_dict(self) -> dict:
-        return {"asked": self.asked, "judged": self.judged, "not_applicable": self.not_applicable,
+        return {"asked": self.asked, "judged": self.judged, "cells": self.cells, "not_applicable": self.not_applicable,
                 "skipped": dict(self.skipped)}
 
     def nothing_judged(self) -> NothingJudged | None:
@@ -93,3 +103,18 @@ class JudgedTally:
         rest = len(common) - NAMED_REASONS
         more = f"; and {rest} other reason{'s' if rest > 1 else ''}" if rest > 0 else ""
         return f"{lead} ({named}{more})"
+
+
+def no_cell_judged(tally: JudgedTally, selected_by, benchmarks: bool = False) -> NothingJudged | None:
+    """A run whose test selection (``selected_by``: ``-k invariance``, ``--lf``, ...) left out every family test of the
+    gate and its summary snapshot, so it judged no cell (only invariance conditions or --baseline comparisons, or only
+    ran ``benchmarks``): a usage error (exit 4) saying so, or None when it judged a cell or was not narrowed."""
+    if tally.cells or not selected_by:
+        return None
+    if tally.judged:
+        held = f"the {tally.judged} check{' it judged holds' if tally.judged == 1 else 's it judged hold'}"
+    else:
+        held = "it judged no check" + ("; its tests were benchmarks, throughput with no verdict: --benchmark-only "
+                                       "runs them alone" if benchmarks else "")
+    return NothingJudged(EXIT_USAGE, f"no cell was judged: {' '.join(selected_by)} left out every family test and "
+                                     f"the summary snapshot, and a gate passes on its cells ({held})")

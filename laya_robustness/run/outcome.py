@@ -8,6 +8,8 @@ decided here, once:
 
     exit_status = 3 (a harness error) if any harness error
                   else the nothing-judged status (4 or 3) if the run judged nothing
+                  else 1 (a limit crossed) if the caller's status is 0 and a check it did not judge failed in the
+                       earlier run whose verdicts it folds in (``Folded``: a narrowed pytest run)
                   else the caller's own status (0, 1 a limit crossed, pytest's 2 when interrupted, ...)
 
 >>> ending = Ending(status=1)
@@ -16,6 +18,8 @@ decided here, once:
 (1, True)
 >>> outcome.with_errors(["cannot write the reports"]).exit_status
 3
+>>> replace(outcome, caller_status=0, folded=Folded("reports", 5, ("text/a max_flip: 0.3 > 0.1",))).exit_status
+1
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from laya_robustness.records import Record
-from laya_robustness.run.errors import EXIT_HARNESS
+from laya_robustness.run.errors import EXIT_HARNESS, EXIT_LIMIT_CROSSED
 from laya_robustness.run.judged import NothingJudged
 from laya_robustness.run.scope import Scope
 
@@ -42,6 +46,18 @@ class Ending:
     stopped: str | None = None
     narrowed_by: tuple[str, ...] = ()
     nothing_judged: NothingJudged | None = None
+
+
+@dataclass(frozen=True)
+class Folded:
+    """What a run narrowed by test selection takes from the earlier run in its report folder (``source``) for the
+    checks it did not judge: how many verdicts it took (``taken``) and the failing ones (``failures``: ``family/dataset
+    check: detail``); or why it took none (``refused``: another configuration, no earlier run, ...)."""
+
+    source: str
+    taken: int = 0
+    failures: tuple[str, ...] = ()
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +92,8 @@ class RunOutcome:
     them); ``report_dir``: the run's ``--report-dir``; ``journal_given``: whether ``--journal`` names a journal of
     the user's own (kept); ``scorer_stats``: the scorers' counters; ``written`` and ``kept_previous_report``: what
     writing the reports did (empty until they are written); ``caller_status`` and ``nothing_judged``: how the
-    caller's side ended, which with the harness errors decide ``exit_status``."""
+    caller's side ended, which with the harness errors and the earlier verdicts it ``folded`` in decide
+    ``exit_status``."""
 
     reports: Mapping[str, DeviceReport]
     scopes: Mapping[str, Scope]
@@ -92,6 +109,7 @@ class RunOutcome:
     written: tuple[Path, ...] = ()
     kept_previous_report: bool = False
     caller_status: int = 0
+    folded: Folded | None = None
 
     @classmethod
     def decided(cls, ending: Ending, **values) -> "RunOutcome":
@@ -106,6 +124,8 @@ class RunOutcome:
             return EXIT_HARNESS
         if self.nothing_judged is not None:
             return self.nothing_judged.status
+        if self.caller_status == 0 and self.folded is not None and self.folded.failures:
+            return EXIT_LIMIT_CROSSED
         return self.caller_status
 
     @property
@@ -132,6 +152,10 @@ class RunOutcome:
         if not added:
             return self
         return replace(self, harness_errors=(*self.harness_errors, *added))
+
+    def with_folded(self, folded: Folded | None) -> "RunOutcome":
+        """The outcome with the earlier verdicts a narrowed run folds in (``Folded``)."""
+        return replace(self, folded=folded)
 
     def with_written(self, written: Sequence[Path], kept_previous_report: bool, errors: Sequence[str] = ()
                      ) -> "RunOutcome":
