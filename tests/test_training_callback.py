@@ -297,8 +297,10 @@ def test_trend_over_the_callbacks_folders_recomputed_from_the_records(trained, t
             assert change["diff"] == pytest.approx(recomputed, abs=1e-6)  # the summary keeps 6 d.p.
             lo, hi = change["ci"]
             assert lo <= change["diff"] <= hi
-            if exact:  # its interval inverts the same exact test
+            if exact:  # its interval inverts the same exact test: they say the same
                 assert change["beyond_noise"] is (lo > 0 or hi < 0)
+            elif change["beyond_noise"]:  # the bootstrap's interval and McNemar's test both say so
+                assert lo > 0 or hi < 0
             checked += 1
     assert checked == 2 * 2 * 5  # two families' acc, two consecutive pairs, five datasets
     table = trend_table(checkpoints, rows)

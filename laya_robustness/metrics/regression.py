@@ -17,9 +17,9 @@ rows, and ``level = alpha / m`` (Bonferroni over the ``m`` paired headlines judg
 - **a regression** (a one-sided question): worse, with the one-sided ``1 - level`` bound past the tolerance
   (``max_regression``, ``max_flip_regression``) and ``p_worse < level``. A called regression always has its test's
   p below the level;
-- **beyond noise** (either way): a regression, or the two-sided ``1 - level`` interval excludes 0 and
-  ``p_two < level``. A move beyond noise that is no regression (better, or worse within the tolerance) never
-  changes an exit status.
+- **beyond noise** (either way, two-sided): the two-sided ``1 - level`` interval excludes 0 and ``p_two < level``.
+  A move beyond noise that is no regression (better, or worse within the tolerance) never changes an exit
+  status.
 
 >>> call = judge_change("acc", diff=-0.10, se=0.02, worse=30, better=6, n_rows=240, tolerance=0.0, level=0.05 / 4)
 >>> call.beyond, call.regression, call.method
@@ -115,7 +115,7 @@ def judge_change(metric: str, *, diff: float | None, se: float | None, worse: in
         interval = tuple(sorted(sign * w for w in two))
         bound = scale * (2 * clopper_pearson(worse, discordant, level)[0] - 1) if discordant else 0.0
     regression = sign * diff > 0 and bound > tolerance and p_worse < level
-    beyond = regression or (interval[0] > 0 or interval[1] < 0) and p < level
+    beyond = (interval[0] > 0 or interval[1] < 0) and p < level
     return ChangeCall(metric, diff, (interval[0], interval[1]), p, p_worse, level, method, beyond, regression)
 
 

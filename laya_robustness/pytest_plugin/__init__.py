@@ -446,7 +446,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _nothing_judged(session: pytest.Session, state: RobustnessSession, selected: list[str]):
     """Why a run that would pass judged nothing (``run.judged``): every check it asked for skipped, or its test
     selection left out every cell the gate collected; None when it judged, or asked for the benchmarks alone."""
-    if session.exitstatus != pytest.ExitCode.OK or session.config.getoption("benchmark_only", False):
+    if session.exitstatus != pytest.ExitCode.OK or session.config.getoption("benchmark_only", False) \
+            or session.config.option.collectonly:  # a collection judges nothing, and claims nothing
         return None
     benchmarks = any("benchmark" in getattr(item, "fixturenames", ()) for item in session.items)
     return state.tally.nothing_judged() or (no_cell_judged(state.tally, selected, benchmarks)
