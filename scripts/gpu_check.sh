@@ -79,7 +79,7 @@ done
 step prefix-sharing 0 env OUT="$OUT/prefix-sharing" MODEL="$MODEL-tiled" DEVICE="$DEVICE" TILE="$SIZE" \
   PHOTOS="$ROWS" PYTHON="$PY" bash scripts/prefix_sharing.sh
 # The gate on the 256M-shaped model: random weights, so family limits fail (exit 1); 3 would be a broken harness.
-step gate-256m 1 "$PY" -m pytest robustness_tests -m "$MARK and invariance" -p no:cacheprovider --model "$MODEL" \
+step gate-256m 1 "$PY" -m pytest robustness_tests/test_invariance.py -m "$MARK and invariance" -p no:cacheprovider --model "$MODEL" \
   --thresholds "$WORK/thresholds.toml" --invariance-rows "$INVARIANCE_ROWS" --report-dir "$OUT/gate-256m" \
   --junitxml "$OUT/gate-256m/junit.xml" -q
 step gate-256m-families 1 "$PY" -m pytest robustness_tests -m "$MARK and not invariance" -p no:cacheprovider \
