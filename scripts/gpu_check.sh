@@ -9,8 +9,10 @@
 # SmolVLM-256M's tiling: 17 tiles per photo, the photos with their option_order, text and rephrase
 # variants, with and without prefix sharing: rows/s, language-model tokens computed and tokens_alone),
 # prefix-sharing/ (scripts/prefix_sharing.sh: the same comparison through the gate, its time split),
-# profile-256m.{txt,trace.json,json}, gate-256m/ (the gpu invariance gate on the 256M-shaped model,
-# shared_prefix_vs_alone included: reports, junit), gate-embedded/ (the gpu gate on the embedded
+# profile-256m.{txt,trace.json,json}, prefetch-256m.json (scripts/prefetch_overlap.py: the gate on PREFETCH_ROWS
+# photo rows, default 120, through the pixel families with chunks made when asked for and made ahead: wall against
+# max(device time, build time), the device's idle time per chunk), gate-256m/ (the gpu invariance gate on the
+# 256M-shaped model, shared_prefix_vs_alone included: reports, junit), gate-embedded/ (the gpu gate on the embedded
 # checkpoint) and benchmarks-embedded.json (pytest-benchmark). Sizes: ROWS_PER_SET (gate rows per
 # dataset on the 256M-shaped model, default 4), INVARIANCE_ROWS (default 2).
 set -uo pipefail
@@ -36,9 +38,10 @@ step() {  # step NAME MAX_OK_RC COMMAND...: run, log to $OUT/NAME.log, note an r
 }
 
 if [ "$MODE" = gpu ]; then
-  DEVICE=cuda; SIZE=512; MARK=gpu; ROWS=6; EMBEDDED=()
+  DEVICE=cuda; SIZE=512; MARK=gpu; ROWS=6; EMBEDDED=(); PREFETCH_ROWS=${PREFETCH_ROWS:-120}; PREFETCH_SIZE=800x600
 else  # small enough for a CPU: 64 px images, two photo rows, a slice of the embedded gate
   DEVICE=cpu; SIZE=64; MARK="not gpu"; ROWS=2; EMBEDDED=(--rows-per-set 4 --families option_order)
+  PREFETCH_ROWS=${PREFETCH_ROWS:-2}; PREFETCH_SIZE=160x120
 fi
 ROWS_PER_SET=${ROWS_PER_SET:-4}
 INVARIANCE_ROWS=${INVARIANCE_ROWS:-2}
@@ -78,6 +81,11 @@ for path in batch predict_cached; do
 done
 step prefix-sharing 0 env OUT="$OUT/prefix-sharing" MODEL="$MODEL-tiled" DEVICE="$DEVICE" TILE="$SIZE" \
   PHOTOS="$ROWS" PYTHON="$PY" bash scripts/prefix_sharing.sh
+# The device kept busy while the next chunks' variants are made (run.scoring.prefetch): the gate on 800 x 600 photo
+# rows through rotation, scale_pad and overlay on the 256M-shaped model, chunks made when asked for against made
+# ahead, in turns: wall against max(device time, build time) and the device's idle time per chunk.
+step prefetch-256m 0 "$PY" scripts/prefetch_overlap.py --sections local --model "$MODEL" --device "$DEVICE" \
+  --rows "$PREFETCH_ROWS" --size "$PREFETCH_SIZE" --repeat 2 --out "$OUT/prefetch-256m.json"
 # The gate on the 256M-shaped model: random weights, so family limits fail (exit 1); 3 would be a broken harness.
 step gate-256m 1 "$PY" -m pytest robustness_tests/test_invariance.py -m "$MARK and invariance" -p no:cacheprovider --model "$MODEL" \
   --thresholds "$WORK/thresholds.toml" --invariance-rows "$INVARIANCE_ROWS" --report-dir "$OUT/gate-256m" \

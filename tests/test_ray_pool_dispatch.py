@@ -186,3 +186,21 @@ def test_a_cells_source_rows_are_cut_into_groups_by_the_chunk_their_variants_lan
     assert [row for _, group in groups for row in group] == rows
     wide = RayActorPool.variant_groups(list(range(10)), [0] * 10)
     assert [len(g) for _, g in wide] == [3, 3, 3, 1]
+
+
+def test_an_actor_that_makes_chunks_ahead_builds_and_takes_a_chunk_while_it_scores_one():
+    """With a chunk made ahead (the actor runs calls side by side), nothing waits behind the chunk being scored: the
+    scoring actor takes a group of the next chunk to build, then the next chunk, and no third chunk."""
+    pool, sent = _pool(1)
+    pool.ahead = 1
+    pool._dispatch([_chunk("c0")], {})
+    waiting = [_group("g0", chunk=1), _group("g1", chunk=1)]
+    pool._dispatch(waiting, {})
+    assert sent == [(0, "records", "c0"), (0, "variants", "g0"), (0, "variants", "g1")]
+    assert pool.slots[0].in_flight == pool.room == PIPELINE + 1
+    _finish(pool, 0, builds=True)
+    _finish(pool, 0, builds=True)
+    waiting = [_chunk("c1"), _chunk("c2")]
+    pool._dispatch(waiting, {})
+    assert sent[-1] == (0, "records", "c1") and [s.index for s in waiting] == ["c2"]  # one scored, one made ready
+    assert (pool.slots[0].in_flight, pool.slots[0].building) == (2, 0)

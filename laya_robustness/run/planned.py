@@ -1,7 +1,8 @@
 """A run's cells on their way to being scored: the rows each (family, dataset) scores, the
 ``run.scoring.cells.CellWork`` that scores them, journaled as they are scored (``score``), and the cells the run's
 checks will ask for (``plan``), scored as one stream where the run's executor streams
-(``run.executors.base.Executor.streams``: a Ray pool, ``run.executors.ray_stream``)."""
+(``run.executors.base.Executor.streams``: this process, ``run.executors.local_stream``; a Ray pool,
+``run.executors.ray_stream``; the ranks of a world, ``run.executors.distributed``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class PlannedCells:
     def __init__(self, run, held, worker: str | None, progress):
         self.run, self.held, self.worker, self.progress = run, held, worker, progress
         self.planned: list[tuple[str, str, str]] = []
-        self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its stream (a RayStream), or None
+        self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its stream, or None
         self.journals: dict[str, object] = {}  # identity key -> the journal this process appends to
 
     def journal(self, device: str, source: str):
@@ -108,13 +109,14 @@ class PlannedCells:
     def stream(self, device: str, source: str, executor):
         """The stream of the ``source`` cells planned on ``device`` and not scored yet (``Executor.stream``; the
         chunk ``executor`` lets their images go): None where the run's executor does not stream (it scores its
-        cells one after another), or where it builds the variants and the run keeps its rows for a later run (a
-        model gated as it trains)."""
+        cells one after another), where it builds the variants and the run keeps its rows for a later run (a
+        model gated as it trains), or in an xdist worker (it scores the cells it is given, which its plan, every
+        collected test, does not know)."""
         run = self.run
         runs_on = run.models.run_executor
         if (device, source) not in self.streams and (run.variants is None or not runs_on.builds_variants):
             stream = None
-            if runs_on.streams:
+            if runs_on.streams and self.worker is None:
                 keys = [c for c in self.planned if c[2] == device and run.source_of(c[0], c[1]) == source
                         and not run.is_scored(*c)]
                 stream = runs_on.stream(device, source, keys, lambda key: self._cell_plan(key, executor))

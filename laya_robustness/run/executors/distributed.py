@@ -45,6 +45,7 @@ from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.executors.local import LocalExecutor
 from laya_robustness.run.scoring.cells import CellPlan, CellProgress, CellWork
 from laya_robustness.run.scoring.journal import Journal, row_key
+from laya_robustness.run.scoring.prefetch import made_ahead
 from laya_robustness.scoring.loading import short_hashes
 
 
@@ -300,13 +301,20 @@ class SharedCells:
         owner = share([len(works[c].scoring.pending[i][0]) for c, i in chunks], size)
         own: dict[int, list[Record]] = {}
         error = None
+        # this rank's chunks, the next ones' pixels made while one is scored (``run.scoring.prefetch``), each
+        # journaled and its images let go as soon as it is scored, as in a local run
+        mine = [n for n in range(len(chunks)) if owner[n] == rank]
+        waiting = [work.scoring.chunks() for work in works]
+        pixels = made_ahead(waiting[c][i] for c, i in (chunks[n] for n in mine))
         try:
-            for n, (c, i) in enumerate(chunks):
-                if owner[n] == rank:  # journaled and its images let go as soon as it is scored, as a local run
-                    own[n] = self.scoring.records(works[c].scoring.chunks()[i])
-                    works[c].scoring.finish(i, own[n])
+            for n in mine:
+                c, i = chunks[n]
+                own[n] = self.scoring.records(next(pixels))
+                works[c].scoring.finish(i, own[n])
         except Exception as exc:  # noqa: BLE001  (told to every rank below, so none waits for this one)
             error = f"rank {rank}: {type(exc).__name__}: {exc}"
+        finally:  # no thread left making chunks, whatever ended the loop
+            pixels.close()
         try:
             gathered = gather_cells(error, own)
         except RuntimeError as exc:

@@ -1,27 +1,32 @@
 """``--executor local`` (the default): a run's rows scored in this process (``LocalExecutor``), with the scorers
-``RunScorers.scorer`` loads once per device. Its chunks are scored one after another
-(``SequentialChunkExecutor``), or several side by side on threads (``ConcurrentChunkExecutor``: a served model's
-requests in flight together); ``chunk_executor_for`` picks one for a scoring.
+``RunScorers.scorer`` loads once per device. Its planned cells are scored as one stream (``local_stream``), a cell
+asked alone chunk after chunk (``SequentialChunkExecutor``), the next chunk made while one is scored; a served
+model's chunks several side by side on threads (``ConcurrentChunkExecutor``: its requests in flight together);
+``chunk_executor_for`` picks one for a scoring.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Iterable, Iterator, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.executors.base import ChunkExecutor, forget_images
+from laya_robustness.run.executors.local_stream import LocalStream
 from laya_robustness.run.scoring.chunks import Scoring
+from laya_robustness.run.scoring.prefetch import chunks_ahead
 from laya_robustness.scoring.base import capabilities
 
 
 class LocalExecutor:
     """Scores a run's rows in this process, cell after cell, with the scorers ``scorers`` (the run's
-    ``run.scorers.RunScorers``) loads here once per device (``RunScorers.scorer``): it streams nothing, builds
-    variant images here and reports no executor block."""
+    ``run.scorers.RunScorers``) loads here once per device (``RunScorers.scorer``): it streams the run's planned cells
+    (``run.executors.local_stream``: the next cell built while one is scored), builds variant images here and reports
+    no executor block."""
 
-    streams = builds_variants = holds_scorers = False
+    streams = True
+    builds_variants = holds_scorers = False
     cluster = None
 
     def __init__(self, scorers):
@@ -49,9 +54,12 @@ class LocalExecutor:
 
         return invariance_run(self.scorers.scorer(device, source), rows, batch_size, temperatures)
 
-    def stream(self, device: str, source: str, keys, plan_of) -> None:
-        """None: cells scored here one after another gain nothing from a stream."""
-        return None
+    def stream(self, device: str, source: str, keys, plan_of) -> LocalStream | None:
+        """The cells ``keys`` of ``source`` rows on ``device`` scored here one after another, each next one built while
+        one is scored (``LocalStream``), where the chunks are scored one after another; None where the chunk
+        executor scores them its own way (a served model's in flight together, a subclass's), cell by cell."""
+        executor = self.chunk_executor(device, source)
+        return LocalStream(executor.scoring, keys, plan_of) if type(executor) is SequentialChunkExecutor else None
 
     def meta(self, device: str) -> None:
         """None: the reports carry no executor block for a run scored in this process."""
@@ -68,13 +76,19 @@ class SequentialChunkExecutor:
         self.scoring = scoring
 
     def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
-        """``(index, records)`` of each chunk as it is scored; another executor may yield them in any order."""
-        index = 0
-        for rows in chunks:  # not enumerate: its cached (index, rows) pair would keep a scored chunk's pixels
-            records = self.scoring.records(rows)
-            del rows  # the chunk's pixels go before the next chunk is given its own
-            yield index, records
-            index += 1
+        """``(index, records)`` of each chunk as it is scored; another executor may yield them in any order. The
+        next chunks' pixels are made while this one is scored (``ChunksWithPixels.ahead``)."""
+        ahead = getattr(chunks, "ahead", None)
+        chunks = ahead() if ahead is not None else iter(chunks)
+        try:
+            index = 0
+            for rows in chunks:  # not enumerate: its cached (index, rows) pair would keep a scored chunk's pixels
+                records = self.scoring.records(rows)
+                del rows  # the chunk's pixels go before the next chunk is given its own
+                yield index, records
+                index += 1
+        finally:  # stopped early: the chunks made ahead are let go, and their thread with them
+            getattr(chunks, "close", lambda: None)()
 
     def forget_images(self, digests: Iterable[str]) -> None:
         """Let the scorer forget these images, where it can (``forget_images``)."""
@@ -83,30 +97,43 @@ class SequentialChunkExecutor:
 
 class ConcurrentChunkExecutor:
     """Scores chunks on ``workers`` threads (a served model's requests in flight together), yielding each chunk as
-    it finishes. When one fails, the chunks not started are cancelled, those in flight are waited for and
-    yielded if they succeeded (so they are journaled), and then the first error propagates."""
+    it finishes. The next chunks' pixels are made here while the threads score: at most ``workers`` chunks plus
+    ``chunks_ahead()`` (at least one) are in hand at once, whatever the number of chunks. When one fails, no other
+    is started, those in flight are waited for and yielded if they succeeded (so they are journaled), and then the
+    first error propagates."""
 
     def __init__(self, scoring: Scoring, workers: int):
         self.scoring, self.workers = scoring, workers
 
     def records(self, chunks: Sequence[Sequence[Row]]) -> Iterator[tuple[int, list[Record]]]:
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="laya-requests")
+        running: dict[Future, int] = {}
+        feed = ((index, chunks[index]) for index in range(len(chunks)))  # not enumerate: see records above
+        room = self.workers + max(1, chunks_ahead())
+        error = None
         try:
-            futures = {pool.submit(self.scoring.records, rows): i for i, rows in enumerate(chunks)}
-            error = None
-            for future in as_completed(futures):
-                if future.cancelled():
-                    continue
-                if future.exception() is None:
-                    yield futures[future], future.result()
-                    continue
-                error = error or future.exception()
-                for other in futures:
-                    other.cancel()
+            while True:
+                while error is None and len(running) < room and self._submit(pool, feed, running):
+                    pass
+                if not running:
+                    break
+                for future in wait(running, return_when=FIRST_COMPLETED).done:
+                    index = running.pop(future)
+                    if future.exception() is None:
+                        yield index, future.result()
+                    else:
+                        error = error or future.exception()
             if error is not None:
                 raise error
         finally:  # an interrupted run does not wait for the requests not yet sent
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self, pool: ThreadPoolExecutor, feed: Iterator, running: dict) -> bool:
+        """Send the next chunk (its pixels made now) to be scored; False when there is none."""
+        for index, rows in feed:
+            running[pool.submit(self.scoring.records, rows)] = index
+            return True
+        return False
 
     def forget_images(self, digests: Iterable[str]) -> None:
         """Let the scorer forget these images, where it can (``forget_images``)."""

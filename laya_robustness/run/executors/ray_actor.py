@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Mapping, Sequence
 
 from laya_robustness.records import Record
@@ -33,7 +34,11 @@ class ScoringActor:
     as its file's bytes, a variant image as the recipe that builds it); the actor makes their pixels, holding what it
     made in its own image store of ``image_cache_bytes`` until the front end says no row waits for it. With
     ``keep_freed_memory`` (``--keep-freed-memory``, as in the front end) malloc keeps freed memory for reuse
-    (``scoring.malloc``); it is given back after every call."""
+    (``scoring.malloc``); it is given back after every call.
+
+    The actor may run calls side by side (``RayActorPool``'s ``max_concurrency``): a chunk's pixels, or a group's
+    variants, are made while another chunk is scored; each scorer is loaded once, and used (scoring, forgetting, the
+    invariance runs) by one call at a time (``device_lock``)."""
 
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str,
                  image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES, keep_freed_memory: bool = False):
@@ -42,11 +47,13 @@ class ScoringActor:
         self._invariance: dict[str, InvarianceRun] = {}
         self.store = ImageStore(image_cache_bytes)
         self.keeps_freed_memory = keep_freed_memory and keep_malloc_freed_memory()
+        self.device_lock, self.loading_lock = threading.Lock(), threading.Lock()
 
     def _scoring(self, source: str) -> Scoring:
-        if source not in self.scorings:
-            self.scorings[source] = self.loads[source]()
-        return self.scorings[source]
+        with self.loading_lock:  # not the device's: a chunk's pixels are made while another chunk is scored
+            if source not in self.scorings:
+                self.scorings[source] = self.loads[source]()
+            return self.scorings[source]
 
     def prepare(self, sources: Sequence[str]) -> dict:
         """Load the scorers of ``sources``; say the node (its IP address) and device this actor runs on, each
@@ -58,9 +65,12 @@ class ScoringActor:
                 "identities": identities, "keeps_freed_memory": self.keeps_freed_memory}
 
     def records(self, source: str, rows: Sequence[Row]) -> list[Record]:
-        """The records of ``rows``, their pixels made here (and the memory they took given back after)."""
+        """The records of ``rows``, their pixels made here while another call may be scoring (and the memory they
+        took given back after)."""
         try:
-            return self._scoring(source).records(rows_with_pixels(bind_images(rows, self.store)))
+            scoring, rows = self._scoring(source), rows_with_pixels(bind_images(rows, self.store))
+            with self.device_lock:
+                return scoring.records(rows)
         finally:
             give_back_freed_memory()
 
@@ -84,11 +94,14 @@ class ScoringActor:
         """Let the store and ``source``'s scorer forget these images, where it can (``forget_images``;
         ``run.scoring.variants``)."""
         self.store.forget(digests)
-        if source in self.scorings:
-            forget_images(self.scorings[source].scorer, digests)
+        with self.device_lock:
+            if source in self.scorings:
+                forget_images(self.scorings[source].scorer, digests)
 
     def invariance(self, source: str, condition: str, rows: Sequence[Row], batch_size: int, temperatures) -> dict:
         """One invariance condition's stats on this actor's ``source`` scorer (each reference computed once)."""
-        if source not in self._invariance:
-            self._invariance[source] = InvarianceRun(self._scoring(source).scorer, rows, batch_size, temperatures)
-        return self._invariance[source].run(condition)
+        scorer = self._scoring(source).scorer
+        with self.device_lock:
+            if source not in self._invariance:
+                self._invariance[source] = InvarianceRun(scorer, rows, batch_size, temperatures)
+            return self._invariance[source].run(condition)

@@ -2,22 +2,24 @@
 
 ``RayActorPool.records(shards)`` keeps a chunk executor's contract (``base.ChunkExecutor``): it yields ``(index,
 records)`` of each shard as an actor finishes it, in any order, and each shard is scored in one ``Scoring.records``
-call, so its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a feed
-as actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's
-cells). Scheduling: an actor has at most ``PIPELINE`` shards in flight (one scoring, one waiting, so it never
-idles while the next is sent). Scoring goes first: a free actor takes a waiting chunk to score before a group to
-build, and a group to build never waits behind a chunk on an actor (the cell's later rows wait for it), so the
-actors that are not scoring build, and chunks are scored as soon as their rows are in. The groups of one chunk
-(the source rows whose variant rows are expected to land in it) are built by the actor that claims the chunk,
-which becomes their images' home and so scores the chunk: the images stay in that actor's memory instead of
-passing through Ray's object store to another actor. Among the waiting chunks an actor takes the one with most
-rows whose image it built or was the first to score (their home), then one no actor has seen, so an image's
-later families (its rephrasings, its languages) meet the features that actor's encode-once cache already holds.
-What is another actor's (a chunk at home there, a group of a chunk it claimed) a free actor takes only when no
-actor has a shard of its own to take, rather than idle. A shard whose actor dies (its process killed, its node lost) is
-sent again to another actor and the dead one is replaced (as is one that dies while it loads); records are taken only
-from shards that completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an
-exception raised by the scorer (it would raise anywhere), stops the call. """
+call, so its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a
+feed as actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's
+cells). Scheduling: an actor has at most ``PIPELINE`` shards in flight (one scoring, one waiting, so it never idles
+while the next is sent); where chunks are made ahead (``run.scoring.prefetch.chunks_ahead``, N), it runs
+``PIPELINE + N`` calls side by side, so a chunk's pixels and a group's variants are made while it scores another chunk (at most
+N chunks beside the one being scored). Scoring goes first: a free actor takes a waiting chunk to score before a
+group to build, and a group to build never waits behind a chunk on an actor (the cell's later rows wait for it), so
+the actors that are not scoring build, and chunks are scored as soon as their rows are in. The groups of one chunk
+(the source rows whose variant rows are expected to land in it) are built by the actor that claims the chunk, which
+becomes their images' home and so scores the chunk: the images stay in that actor's memory instead of passing
+through Ray's object store to another actor. Among the waiting chunks an actor takes the one with most rows whose
+image it built or was the first to score (their home), then one no actor has seen, so an image's later families (its
+rephrasings, its languages) meet the features that actor's encode-once cache already holds. What is another actor's
+(a chunk at home there, a group of a chunk it claimed) a free actor takes only when no actor has a shard of its own
+to take, rather than idle. A shard whose actor dies (its process killed, its node lost) is sent again to another
+actor and the dead one is replaced (as is one that dies while it loads); records are taken only from shards that
+completed, so none is lost or duplicated. A shard lost with ``MAX_ATTEMPTS`` actors in turn, or an exception raised
+by the scorer (it would raise anywhere), stops the call."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.executors.ray_cluster import ClusterLost
 from laya_robustness.run.scoring.chunks import Scoring
 from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES
+from laya_robustness.run.scoring.prefetch import chunks_ahead
 from laya_robustness.run.scoring.variants import expected_chunks
 from laya_robustness.scoring.cache import ByteLRU
 from laya_robustness.scoring.loading import short_hashes
@@ -164,6 +167,9 @@ class RayActorPool:
     ``image_cache_bytes`` of images and, with ``keep_freed_memory``, has malloc keep freed memory
     (``ScoringActor``)."""
 
+    #: Chunks an actor makes ready while it scores one (``run.scoring.prefetch.chunks_ahead``); 0: one call at a time.
+    ahead = 0
+
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str, n_actors: int, gpus: bool,
                  label: str, expected: Mapping[str, dict | None] | None = None, cluster=None,
                  image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES, keep_freed_memory: bool = False):
@@ -173,7 +179,9 @@ class RayActorPool:
         self._checked = 0.0  # when the head was last asked whether it answers (time.monotonic)
         self.image_cache_bytes, self.keep_freed_memory = image_cache_bytes, keep_freed_memory
         self.expected = dict(expected or {})  # source -> the weights' sha256 this machine found (None: unknown)
-        options = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_restarts": 0, "max_task_retries": 0}
+        self.ahead = chunks_ahead()
+        options = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_restarts": 0, "max_task_retries": 0,
+                   "max_concurrency": self.room if self.ahead else 1}
         self._actor_class = ray.remote(**options)(ScoringActor)
         self._loads = dict(loads)
         self.sources: list[str] = []  # the sources every actor has loaded
@@ -182,6 +190,11 @@ class RayActorPool:
         self.slots = [self._new_slot(i) for i in range(n_actors)]
         for slot in self.slots:
             self._wait_ready(slot)
+
+    @property
+    def room(self) -> int:
+        """Shards in flight per actor: ``PIPELINE``, and one more per chunk made ahead."""
+        return PIPELINE + self.ahead
 
     # -- actors ---------------------------------------------------------------------------------
 
@@ -402,7 +415,7 @@ class RayActorPool:
             if slot.ready is not None and slot.ready not in running:
                 running[slot.ready] = (slot, slot.actor, None)
         while waiting:
-            free = sorted((s for s in self.slots if s.ready is None and s.in_flight < PIPELINE),
+            free = sorted((s for s in self.slots if s.ready is None and s.in_flight < self.room),
                           key=lambda s: (s.scoring, s.in_flight))  # idle, building, scoring
             picks = ((slot, self._pick(slot, waiting, steal)) for steal in (False, True) for slot in free)
             slot, position = next(((s, p) for s, p in picks if p is not None), (None, None))
@@ -430,8 +443,12 @@ class RayActorPool:
         actor is building (a builder is free sooner). Else, unless the slot is scoring (the cell's later rows would
         wait behind its chunk), the oldest group to build of a chunk the slot builds; then, if it builds nothing,
         of a chunk no actor builds yet (it claims the chunk: its images stay in its memory, and it will score it);
-        with ``steal``, of any chunk."""
+        with ``steal``, of any chunk. Where the actor runs calls side by side (``ahead``), nothing waits behind its
+        chunk being scored: it takes chunks (their pixels made while they wait for the device) while it holds fewer
+        than ``1 + ahead``, and groups to build as an idle actor does."""
         number = slot.number
+        waits = slot.scoring and not self.ahead  # what it is sent now waits behind the chunk it scores
+        full = self.ahead and slot.in_flight - slot.building > self.ahead  # one chunk scored, ``ahead`` made ready
 
         def score(position: int):
             counts = waiting[position].clusters
@@ -440,12 +457,12 @@ class RayActorPool:
             return (mine, -others, -position)
 
         chunks = [i for i, shard in enumerate(waiting) if not shard.builds]
-        if chunks and (steal or not slot.scoring) and not (slot.scoring and any(s.building for s in self.slots)):
+        if chunks and not full and (steal or not waits) and not (waits and any(s.building for s in self.slots)):
             best = max(chunks, key=score)
             mine, others, _ = score(best)
             if mine or not others or steal:
                 return best
-        if slot.scoring:
+        if waits:
             return None
         groups = [i for i, shard in enumerate(waiting) if shard.builds]
         builder = [self.builder.get(waiting[i].chunk) if waiting[i].chunk is not None else number for i in groups]

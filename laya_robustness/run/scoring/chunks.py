@@ -22,6 +22,7 @@ from laya_robustness.records import OPEN, UNPARSED_ANSWER, Record
 from laya_robustness.rows import Row
 from laya_robustness.run.scoring.images import rows_with_pixels
 from laya_robustness.run.scoring.journal import Journal, row_key
+from laya_robustness.run.scoring.prefetch import made_ahead
 from laya_robustness.scoring.base import Answer, capabilities
 
 #: Batches of the batch path per scoring chunk (the unit that is journaled, and that the progress bar counts).
@@ -188,6 +189,11 @@ class ChunksWithPixels(collections.abc.Sequence):
     def __iter__(self) -> Iterator[list[Row]]:
         for index in range(len(self.chunks)):
             yield self[index]
+
+    def ahead(self) -> Iterator[list[Row]]:
+        """Each chunk with its pixels, in order, the next ones made while the caller scores this one
+        (``run.scoring.prefetch.made_ahead``)."""
+        return made_ahead(self[index] for index in range(len(self)))
 
 
 class JournaledCell:
