@@ -27,7 +27,8 @@ from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import FAIL, XPASS
 from laya_robustness.records import ORIG
 from laya_robustness.run.errors import EXIT_LIMIT_CROSSED, HarnessError, UsageError
-from laya_robustness.run.executors.distributed import end_of_gate, sharing_world, world
+from laya_robustness.run.executors.distributed import end_of_gate
+from laya_robustness.run.executors.registry import executor_class
 from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped, decided_nothing
 from laya_robustness.run.inputs.options import OPTIONS, InMemoryModel, by_field, default_of, parse_settings
 from laya_robustness.run.judged import JudgedTally
@@ -180,7 +181,8 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
         given.setdefault("dual_model", "none")
         given.setdefault("limitations", "none")
     root = Path(root) if root is not None else Path.cwd()
-    ranks = world() if executor == "distributed" else None
+    declared = executor_class(executor if executor is not None else default_of("--executor"))
+    ranks = declared.world() if declared is not None else None  # the ranks that run it together, if any
     if ranks is not None and ranks[0] != 0:  # a rank scoring its share: rank 0 writes the reports
         report_dir = None
     scratch = None if report_dir is not None else Path(tempfile.mkdtemp(prefix="laya-run-"))
@@ -325,7 +327,7 @@ def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, w
     nothing = tally.nothing_judged()
     outcome = run.finish(Ending(status=EXIT_LIMIT_CROSSED if failures else 0, narrowed_by=narrowed,
                                 nothing_judged=nothing))
-    ranks = sharing_world() if run.settings.executor == "distributed" else None  # the others draw rank 0's plots
+    ranks = run.models.run_executor.sharing_world()  # the ranks that do not write draw rank 0's plots
     if write:
         from laya_robustness.report.drawn_elsewhere import DrawnElsewhere
         from laya_robustness.report.folder import written_to

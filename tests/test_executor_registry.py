@@ -11,7 +11,16 @@ import pytest
 import laya_robustness
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.executors.local import LocalExecutor
-from laya_robustness.run.executors.registry import EXECUTORS, make_executor, register_executor, unregister_executor
+from laya_robustness.run.executors import distributed
+from laya_robustness.run.executors.distributed import DistributedExecutor
+from laya_robustness.run.executors.ray_executor import RayExecutor
+from laya_robustness.run.executors.registry import (
+    EXECUTORS,
+    executor_class,
+    make_executor,
+    register_executor,
+    unregister_executor,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The smallest run that judges something: one family, a few rows, chunks of two rows.
@@ -79,3 +88,36 @@ def test_an_unknown_executor_is_a_usage_error_naming_executor():
     with pytest.raises(UsageError) as raised:
         make_executor("dask", None)
     assert raised.value.option == "--executor" and "'dask' is not one of local, ray" in str(raised.value)
+
+
+class SecondRank(LocalExecutor):
+    """Scores in this process as rank 1 of a world of two: it writes no reports and draws plots for the writer."""
+
+    world = sharing_world = staticmethod(lambda: (1, 2))
+
+
+def test_the_run_asks_the_executor_whether_ranks_share_it_not_its_name(tmp_path, monkeypatch):
+    import laya_robustness.api as api
+    import laya_robustness.report.drawn_elsewhere as drawn_elsewhere
+
+    ended, drawn = [], []
+    monkeypatch.setattr(api, "end_of_gate", lambda error=None: ended.append(error))
+    monkeypatch.setattr(drawn_elsewhere, "draw_for_writer", lambda outcome, rank, size: drawn.append((rank, size)))
+    register_executor("second-rank", SecondRank)
+    try:
+        result = laya_robustness.run_gate(root=ROOT, report_dir=tmp_path / "second", executor="second-rank", **SMALL)
+    finally:
+        unregister_executor("second-rank")
+    assert result.judged > 0
+    assert not (tmp_path / "second").exists()  # rank 0 writes the reports
+    assert ended == [None] and drawn == [(1, 2)]
+
+
+def test_each_executor_class_says_whether_ranks_share_a_run():
+    assert executor_class("distributed") is DistributedExecutor and executor_class("ray") is RayExecutor
+    assert executor_class("dask") is None and executor_class(None) is None
+    for name in ("local", "ray"):
+        assert executor_class(name).world() is None and executor_class(name).sharing_world() is None
+    # every rank of the torch.distributed world runs it together; only a world of more than one rank shares it
+    assert DistributedExecutor.world is distributed.world
+    assert DistributedExecutor.sharing_world is distributed.sharing_world

@@ -11,7 +11,7 @@ import pytest
 
 from laya_robustness.gate.thresholds import ThresholdsError, measured_on
 from laya_robustness.run.inputs.options import parse_settings
-from laya_robustness.scoring.loading import weight_hashes
+from laya_robustness.weights import weight_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "laya_fixtures"

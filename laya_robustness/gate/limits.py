@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from laya_robustness.embedded import EMBEDDED_DATA, EMBEDDED_LIMITATIONS, EMBEDDED_MODEL
+from laya_robustness.embedded import EMBEDDED_LIMITATIONS, is_embedded
 from laya_robustness.families import compares_flips, declared
 from laya_robustness.gate.thresholds import Gate, Thresholds, ThresholdsError, load_thresholds, measured_on
-from laya_robustness.scoring.loading import short_hashes, weight_hashes
+from laya_robustness.weights import short_hashes, weight_hashes
 
 
 def run_limits(thresholds: str | Path, *, datasets: Iterable[str], conditions: Iterable[str],
@@ -35,8 +35,7 @@ def resolve_limitations(text: str, model: str | None, data: str | Path | None, r
     if text != "auto":
         path = Path(text) if Path(text).is_absolute() else root / text
         return path, _other_weights(path, model, weights, applied=True)
-    embedded = ((root / EMBEDDED_DATA).resolve(), (root / EMBEDDED_MODEL).resolve())
-    if not (model and data and (Path(data).resolve(), Path(model).resolve()) == embedded):
+    if not (is_embedded("model", model, root) and is_embedded("data", data, root)):
         return None, None
     path = root / EMBEDDED_LIMITATIONS
     note = _other_weights(path, model, weights, applied=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from laya_robustness.embedded import EMBEDDED_CAPTIONS, EMBEDDED_DATA, EMBEDDED_DUAL_MODEL, EMBEDDED_MODEL
+from laya_robustness.embedded import EMBEDDED_DUAL_MODEL, is_embedded
 from laya_robustness.run.errors import HarnessError, stops_run
 from laya_robustness.run.executors.registry import make_executor
 from laya_robustness.run.scoring.models import (
@@ -91,10 +91,9 @@ class RunScorers:
         return None
 
     def _embedded(self, name: str) -> bool:
-        """Whether the setting ``name`` (model, data, captions) is the embedded default's."""
-        embedded = {"model": EMBEDDED_MODEL, "data": EMBEDDED_DATA, "captions": EMBEDDED_CAPTIONS}[name]
-        value = getattr(self.settings, name)  # None: a model in memory
-        return value is not None and Path(value).resolve() == (self.root / embedded).resolve()
+        """Whether the setting ``name`` (model, data, captions) is the embedded default's (``embedded.is_embedded``;
+        a model in memory is not)."""
+        return is_embedded(name, getattr(self.settings, name), self.root)
 
     @property
     def own_data(self) -> bool:

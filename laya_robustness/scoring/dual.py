@@ -23,7 +23,8 @@ import numpy as np
 
 from laya_robustness.rows import Row
 from laya_robustness.scoring.base import batch_precision, to_label_order
-from laya_robustness.scoring.hf import PRECISIONS, ModelLoadError, _resolve_local_dir, weight_hashes
+from laya_robustness.scoring.hf import PRECISIONS, ModelLoadError, _resolve_local_dir
+from laya_robustness.weights import weight_hashes
 
 #: ``config.model_type`` of the checkpoints this scorer loads.
 DUAL_ENCODER_TYPES = ("clip", "siglip")

@@ -72,22 +72,16 @@ from laya_robustness.scoring.hf_paths import Paths
 from laya_robustness.scoring.hf_planning import Planner, buckets
 from laya_robustness.scoring.hf_prefix_runs import PrefixRuns
 from laya_robustness.scoring.in_memory import adapters, unwrapped
-from laya_robustness.scoring.loading import (
-    load_model,
-    load_processor,
-    resolve_checkpoint,
-    model_weight_hashes,
-    supported_adapter,
-    weight_hashes,
-)
+from laya_robustness.scoring.loading import load_model, load_processor, resolve_checkpoint, supported_adapter
+from laya_robustness.weights import model_weight_hashes, weight_hashes
 
 STAT_KEYS = ("rows", "forwards", "sequences", "tokens", "tokens_alone", "prefixes", "prefix_hits", "vision_encodes",
              "vision_forwards", "feature_cache_hits", "image_preprocess", "pixel_cache_hits", "prompt_cache_hits")
 #: What ``HFVLMScorer.from_model`` records as the model's name when its config names no checkpoint.
 IN_MEMORY = "in-memory"
 
-__all__ = ["HFVLMScorer", "ModelLoadError", "PreparedRow", "EncodedRow", "weight_hashes", "PRECISIONS",
-           "pixel_values", "vision_chunks"]
+__all__ = ["HFVLMScorer", "ModelLoadError", "PreparedRow", "EncodedRow", "PRECISIONS", "pixel_values",
+           "vision_chunks"]
 
 
 class _Part:

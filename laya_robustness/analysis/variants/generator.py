@@ -21,7 +21,8 @@ import hashlib
 from typing import Any, Mapping, Protocol, Sequence
 
 from laya_robustness.scoring.base import ModelLoadError
-from laya_robustness.scoring.loading import resolve_checkpoint, weight_hashes
+from laya_robustness.scoring.loading import resolve_checkpoint
+from laya_robustness.weights import combined_sha256, weight_hashes
 
 
 class TextGenerator(Protocol):
@@ -30,11 +31,6 @@ class TextGenerator(Protocol):
     identity: Mapping[str, Any]
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]: ...
-
-
-def combined_sha256(hashes: Mapping[str, str]) -> str:
-    """sha256 of the sorted ``<key>:<sha256>`` lines of a checkpoint's ``weight_hashes``."""
-    return hashlib.sha256("".join(f"{name}:{h}\n" for name, h in sorted(hashes.items())).encode()).hexdigest()
 
 
 class ChatGenerator:

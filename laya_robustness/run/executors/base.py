@@ -53,12 +53,24 @@ class Executor(Protocol):
     says which cells its checks will ask for before the first is asked; ``builds_variants``: a pixel family's variant
     images are built where the rows are scored (its chunk executors are ``VariantBuildingChunks``);
     ``holds_scorers``: the scorers live elsewhere, so the run loads none in this process; ``cluster``: the cluster
-    it scores on (its ``resources()`` say what it holds: gpu-marked tests count its GPUs), None for this process."""
+    it scores on (its ``resources()`` say what it holds: gpu-marked tests count its GPUs), None for this process.
+    Whether the ranks of a world run the run together, its class says (``world()``, ``sharing_world()``), asked
+    before the run is made."""
 
     streams: bool
     builds_variants: bool
     holds_scorers: bool
     cluster: object | None
+
+    @staticmethod
+    def world() -> tuple[int, int] | None:
+        """(rank, world size) where every rank of a world runs the run together: a rank other than 0 writes no
+        reports, and each meets the others at the run's end; None where this process runs it alone."""
+
+    @staticmethod
+    def sharing_world() -> tuple[int, int] | None:
+        """``world()`` where more than one rank shares the run: the ranks that do not write draw the reports'
+        plots for the one that does; None otherwise."""
 
     def connect(self) -> None:
         """Reach where the rows are scored, before any test runs (an unreachable place: a ``HarnessError``)."""
@@ -83,6 +95,11 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Let go of what the run used (actors, a connection); nothing for this process."""
+
+
+def alone() -> None:
+    """No world: this process runs the run alone (``Executor.world`` of an executor that scores for one process)."""
+    return None
 
 
 def forget_images(scorer, digests: Iterable[str]) -> None:

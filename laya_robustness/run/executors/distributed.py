@@ -46,7 +46,7 @@ from laya_robustness.run.executors.local import LocalExecutor
 from laya_robustness.run.scoring.cells import CellPlan, CellProgress, CellWork
 from laya_robustness.run.scoring.journal import Journal, row_key
 from laya_robustness.run.scoring.prefetch import made_ahead
-from laya_robustness.scoring.loading import short_hashes
+from laya_robustness.weights import short_hashes
 
 
 def world() -> tuple[int, int] | None:
@@ -250,6 +250,8 @@ class DistributedExecutor(LocalExecutor):
     records are a one-process run's."""
 
     streams = True
+    world = staticmethod(world)  # every rank of the torch.distributed world runs the run
+    sharing_world = staticmethod(sharing_world)
 
     def connect(self) -> None:
         """The process group must be there (``check_distributed``)."""

@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
-from laya_robustness.run.executors.base import ChunkExecutor, forget_images
+from laya_robustness.run.executors.base import ChunkExecutor, alone, forget_images
 from laya_robustness.run.executors.local_stream import LocalStream
 from laya_robustness.run.scoring.chunks import Scoring
 from laya_robustness.run.scoring.prefetch import chunks_ahead
@@ -28,6 +28,7 @@ class LocalExecutor:
     streams = True
     builds_variants = holds_scorers = False
     cluster = None
+    world = sharing_world = staticmethod(alone)
 
     def __init__(self, scorers):
         self.scorers = scorers

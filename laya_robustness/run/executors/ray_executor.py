@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from laya_robustness.run.errors import HarnessError, UsageError
+from laya_robustness.run.executors.base import alone
 from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, ray_installed
 from laya_robustness.run.scoring.models import expected_weights, identity_key
 
@@ -37,6 +38,7 @@ class RayExecutor:
     failed load (``RunScorers.load_failed``)."""
 
     streams = builds_variants = holds_scorers = True
+    world = sharing_world = staticmethod(alone)  # the actors score for this process, which runs the run
 
     def __init__(self, scorers):
         self.scorers = scorers

@@ -39,7 +39,7 @@ from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES
 from laya_robustness.run.scoring.prefetch import chunks_ahead
 from laya_robustness.run.scoring.variants import expected_chunks
 from laya_robustness.scoring.cache import ByteLRU
-from laya_robustness.scoring.loading import short_hashes
+from laya_robustness.weights import short_hashes
 
 #: Shards in flight per actor.
 PIPELINE = 2

@@ -1,6 +1,7 @@
 """The executors a run can name with ``--executor``: each name with the factory that makes a run's ``Executor``
 from its ``run.scorers.RunScorers``, the options only it uses and what it checks of the options before the run starts.
-``make_executor`` makes a run's; ``register_executor`` adds one. Importing it imports neither Ray nor torch."""
+``make_executor`` makes a run's (``executor_class`` tells what it will be); ``register_executor`` adds one. Importing
+it imports neither Ray nor torch."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class ExecutorEntry:
 
 #: ``--executor`` name -> its entry, in the order registered (the first is the default).
 EXECUTORS: dict[str, ExecutorEntry] = {}
+#: The executor every rank of a ``torch.distributed`` world runs a run with, each its share: what the training
+#: callback gates with under distributed training.
+DISTRIBUTED = "distributed"
 
 
 def register_executor(name: str, factory: Callable[[Any], Executor], options: tuple[str, ...] = (),
@@ -55,6 +59,14 @@ def executor_entry(name: str) -> ExecutorEntry:
         raise UsageError(f"--executor: {name!r} is not one of {', '.join(EXECUTORS)}", "--executor") from None
 
 
+def executor_class(name: object) -> Any:
+    """What ``--executor name`` makes a run's executor with (its ``base.Executor`` class), to ask what it declares
+    before the run is made (``world()``); None for a name not registered (the options refuse it, naming
+    ``--executor``)."""
+    entry = EXECUTORS.get(name) if isinstance(name, str) else None
+    return None if entry is None else entry.factory
+
+
 def make_executor(name: str, run_scorers) -> Executor:
     """The executor ``--executor name`` gives the run of ``run_scorers`` (its ``run.scorers.RunScorers``)."""
     return executor_entry(name).factory(run_scorers)
@@ -62,4 +74,4 @@ def make_executor(name: str, run_scorers) -> Executor:
 
 register_executor("local", LocalExecutor)
 register_executor("ray", RayExecutor, options=RAY_OPTIONS, check=check_ray)
-register_executor("distributed", DistributedExecutor, check=check_distributed)
+register_executor(DISTRIBUTED, DistributedExecutor, check=check_distributed)

@@ -43,7 +43,8 @@ def expected_weights(model: str | None, scorer: str) -> dict[str, str] | None:
     if model is None or scorer != "hf":
         return None
     from laya_robustness.scoring.base import ModelLoadError
-    from laya_robustness.scoring.loading import resolve_checkpoint, weight_hashes
+    from laya_robustness.scoring.loading import resolve_checkpoint
+    from laya_robustness.weights import weight_hashes
 
     try:
         local = resolve_checkpoint(model)
