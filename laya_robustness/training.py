@@ -16,15 +16,17 @@ rank gets every record, and the main process alone writes and logs; its stop dec
 stops together. Where not every rank holds the callback (told through the process group's store at
 ``on_train_begin``, read at the first evaluation before any collective: ``run.executors.roll_call``), the lowest rank
 that holds it gates alone, as one process, a model whole there, and a sharded model is not gated (logged and noted).
+The ranks' callbacks answer that roll call in the order they began training, whatever their ``report_dir``: ranks
+given different folders gate together, the writing rank's folder gets the reports, and it warns naming the others.
 
 It never kills the training it watches: its inputs are checked before the first step (the rows and limits and the
 report folder when it is made; the processor, whether it belongs to the model and whether the Trainer will call it
 at all, and that its sharding is one the gate can gather, at ``on_train_begin``), each a ``UsageError`` naming the
 argument. A SIGTERM while it gates (a launcher ending the job after a rank died) is noted before the rank ends
-(``run.executors.launcher``). The Trainer's console printer is given a
-short kind (``short_console``): an evaluation's robustness numbers show as one line (``console_line``) instead of
-the whole dict, and reach every other callback unchanged. A gate that breaks during training (a
-harness error, or anything else) is logged, written to that checkpoint's folder as ``incomplete.txt``, logged as
+(``run.executors.launcher``). The Trainer's console printer is given a short kind (``short_console``): an
+evaluation's robustness numbers show as one line (``console_line``, ending with the folder of its reports) instead of
+the whole dict, and reach every other callback unchanged. A gate that breaks during training (a harness error, or
+anything else) is logged, written to that checkpoint's folder as ``incomplete.txt``, logged as
 ``robustness/harness_errors``, and training goes on, or, with ``stop_on_fail``, stops once the Trainer has done
 that step's saving. A run that judged nothing counts as failed. A peft (LoRA) model, or any wrapper that exposes its
 base model, is scored with its adapters in place (``scoring.in_memory.unwrapped``).
@@ -40,6 +42,7 @@ import logging
 import shutil
 import sys
 import tempfile
+from contextvars import ContextVar
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,7 @@ from laya_robustness.api import GateResult, check_processor, given_options, judg
 from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.executors.distributed import sharing_world, world
 from laya_robustness.run.executors.launcher import Terminated, ended_by_launcher
+from laya_robustness.run.executors.registry import DISTRIBUTED
 from laya_robustness.run.executors.roll_call import Roll, RollCall
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
@@ -72,17 +76,25 @@ CONSOLE_WIDTH = 120
 #: Where a rank gates (``RobustnessCallback.where``): its share with every rank (or as the one process), as one
 #: process while the ranks without the callback train on, not at all (another rank gates), or not at all and noted.
 TOGETHER, ALONE, ASIDE, REFUSED = "together", "alone", "aside", "refused"
+#: The roll call the callbacks answer on every rank (``run.executors.roll_call``), whatever their report folder.
+ROLL_CALL = "RobustnessCallback"
+#: The folder of the evaluation whose numbers are being logged, for the console line (``_ShortConsole``).
+_logging_folder: ContextVar[Path | None] = ContextVar("laya_robustness_logging_folder", default=None)
 
 
-def console_line(step: int, metrics: dict[str, float], width: int = CONSOLE_WIDTH) -> str:
+def console_line(step: int, metrics: dict[str, float], width: int = CONSOLE_WIDTH, folder: Path | None = None) -> str:
     """One evaluation's logged ``metrics`` as a person reads them: the failed checks, then the worst cells (lowest
-    accuracy, highest flip rate, in turn) while the line fits in ``width``.
+    accuracy, highest flip rate, in turn) while they fit in ``width``, then the ``folder`` of its reports, whole.
 
-    >>> console_line(4, {"robustness/text/a/acc": 0.5, "robustness/text/a/flip": 0.25, "robustness/failed_checks": 1})
-    'robustness gate, step 4: 1 failed check; worst: text/a/acc 0.500, text/a/flip 0.250'
+    >>> console_line(4, {"robustness/text/a/acc": 0.5, "robustness/text/a/flip": 0.25, "robustness/failed_checks": 1},
+    ...              folder=Path("runs/checkpoint-4"))
+    'robustness gate, step 4: 1 failed check; worst: text/a/acc 0.500, text/a/flip 0.250; reports in runs/checkpoint-4'
+    >>> console_line(2, {"robustness/harness_errors": 1.0}, folder=Path("runs/checkpoint-2"))
+    'robustness gate, step 2: did not finish (the log says why, as does runs/checkpoint-2/incomplete.txt)'
     """
     if f"{PREFIX}/harness_errors" in metrics:
-        return f"robustness gate, step {step}: did not finish (the log says why)"
+        why = "the log says why" if folder is None else f"the log says why, as does {_shown(folder)}/{INCOMPLETE_NOTE}"
+        return f"robustness gate, step {step}: did not finish ({why})"
     failed = int(metrics.get(f"{PREFIX}/failed_checks", 0))
     cells = [(k.removeprefix(f"{PREFIX}/"), v) for k, v in metrics.items() if k.count("/") == 3]
     lowest = [f"{k} {v:.3f}" for k, v in sorted((c for c in cells if c[0].endswith("/acc")), key=lambda c: c[1])]
@@ -94,7 +106,15 @@ def console_line(step: int, metrics: dict[str, float], width: int = CONSOLE_WIDT
         if len(longer) > width:
             break
         line = longer
-    return line
+    return line if folder is None else f"{line}; reports in {_shown(folder)}"
+
+
+def _shown(folder: Path) -> str:
+    """``folder`` as a person finds it: relative to the current folder when inside it, else as it is."""
+    try:
+        return str(Path(folder).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(folder)
 
 
 def logged_metrics(result: GateResult) -> dict[str, float]:
@@ -112,7 +132,9 @@ class RobustnessCallback(TrainerCallback):
     ``data`` (required: your validation rows), ``families``, ``rows_per_set``, ``seed``, ``thresholds`` and any
     other option (as ``run_gate`` takes them, e.g. ``batch_size=8``) are checked now: a bad one raises
     ``UsageError`` naming it, as are rows or limits that cannot be read and a ``report_dir`` that cannot be written.
-    ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it); ``stop_on_fail``: when to stop
+    ``report_dir``: where each evaluation's reports go (``checkpoint-<step>/`` in it; ``robustness`` under the current
+    folder by default, the same on every rank; under ``torchrun`` give every rank the same one, such as a folder
+    under ``TrainingArguments.output_dir``: only the main process writes, into its own); ``stop_on_fail``: when to stop
     training (``laya_robustness.stopping``: False, True or "failure", "confirmed", "regression"); ``short_console``:
     show an evaluation's numbers on the console as one line (off: the Trainer's printer shows the whole dict);
     ``invariance``: also run the invariance conditions (off: they test the scorer's numerics, not what training
@@ -172,7 +194,8 @@ class RobustnessCallback(TrainerCallback):
         self._shorten_console()  # a callback added after the Trainer was made
         ranks = sharing_world()
         if ranks is not None:  # said through the store, no collective: a rank without the callback makes none
-            self._roll_call, self._where = RollCall(str(self.settings.report_dir.resolve()), *ranks), None
+            self._roll_call = RollCall(ROLL_CALL, *ranks, says=str(self.settings.report_dir.resolve()))
+            self._where = None
 
     def on_evaluate(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.every == "evaluate":
@@ -202,8 +225,8 @@ class RobustnessCallback(TrainerCallback):
         if self.stop_on_fail and _agreed(stop):
             control.should_training_stop = True
             if _main():
-                logger.warning("robustness gate: training stopped at step %d (stop_on_fail=%r)", state.global_step,
-                               self.stop_on_fail)
+                logger.warning("robustness gate: training stopped at step %d (stop_on_fail=%r); reports in %s",
+                               state.global_step, self.stop_on_fail, _shown(self._folder(state.global_step)))
 
     def where(self, state, model) -> str:
         """Where this rank gates: ``TOGETHER`` (every rank its share, or one process), ``ALONE`` (this rank as one
@@ -220,6 +243,11 @@ class RobustnessCallback(TrainerCallback):
             self._where, self._refusal = _where(roll, self._roll_call.rank, model)
             if self._where in (ALONE, REFUSED):
                 logger.warning("robustness gate: %s", self._refusal)
+            if self._where != ASIDE and self._writes():
+                differ = _folders_differ(self._roll_call.said(roll.holders), self._roll_call.rank,
+                                         self.settings.report_dir)
+                if differ:
+                    logger.warning("robustness gate: %s", differ)
         return self._where
 
     def _gate_here(self, state, model, processor) -> list[str]:
@@ -241,8 +269,10 @@ class RobustnessCallback(TrainerCallback):
             hold()
         self._log(state, logged_metrics(result))
         failed = [failed_key(f.family, f.dataset, f.check) for f in result.failures]
-        if failed or result.nothing_judged:
-            logger.warning("%s", _failed_line(step, failed + [result.nothing_judged] * bool(result.nothing_judged)))
+        if failed:
+            logger.warning("%s", _failed_line(step, failed, self._folder(step)))
+        if result.nothing_judged:
+            logger.warning("robustness gate at step %d: %s", step, result.nothing_judged)
         return failed + [NOTHING_JUDGED] * bool(result.nothing_judged)
 
     def _broke(self, state, exc: BaseException) -> list[str]:
@@ -259,7 +289,7 @@ class RobustnessCallback(TrainerCallback):
     def _note_incomplete(self, step: int, why: str) -> None:
         """``checkpoint-<step>/incomplete.txt``: why this evaluation's gate did not finish (a failure to write it is
         logged: the training goes on)."""
-        folder = self.settings.report_dir / f"checkpoint-{step}"
+        folder = self._folder(step)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write(folder / INCOMPLETE_NOTE, f"the robustness gate at step {step} did not finish: {why}\n")
@@ -277,9 +307,9 @@ class RobustnessCallback(TrainerCallback):
         scratch = None if main else Path(tempfile.mkdtemp(prefix="laya-rank-"))
         in_memory = InMemoryModel(model, processor)
         settings = dataclasses.replace(
-            self.settings, report_dir=scratch or self.settings.report_dir / f"checkpoint-{step}",
+            self.settings, report_dir=scratch or self._folder(step),
             device=str(next(model.parameters()).device), model_name=in_memory.name, model=None, in_memory=in_memory,
-            executor="distributed" if ranks is not None else self.settings.executor)
+            executor=DISTRIBUTED if ranks is not None else self.settings.executor)
         run = GateRun(settings, root=self.root, inputs=self._inputs, variants=self._variants)
         self._inputs = run.inputs
         try:
@@ -290,6 +320,10 @@ class RobustnessCallback(TrainerCallback):
                 shutil.rmtree(scratch, ignore_errors=True)
         self.results[step] = result
         return result
+
+    def _folder(self, step: int) -> Path:
+        """The folder of the reports of the evaluation at ``step``."""
+        return self.settings.report_dir / f"checkpoint-{step}"
 
     def _writes(self) -> bool:
         """Whether this process writes and logs the gate's results (the main process, or the one gating alone)."""
@@ -306,19 +340,24 @@ class RobustnessCallback(TrainerCallback):
         state's history when no Trainer is found."""
         trainer = self.trainer or _calling_trainer(self)
         if trainer is not None:
-            trainer.log(dict(metrics))
+            token = _logging_folder.set(self._folder(state.global_step))  # the console line names it
+            try:
+                trainer.log(dict(metrics))
+            finally:
+                _logging_folder.reset(token)
         else:
             state.log_history.append({**metrics, "step": state.global_step})
 
 
-def _failed_line(step: int, failed: list[str]) -> str:
+def _failed_line(step: int, failed: list[str], folder: Path) -> str:
     """The warning of an evaluation whose checks failed: the first ones named while the line stays short, the rest
-    counted (the checkpoint's summary.md names them all)."""
-    line, shown = f"robustness gate at step {step}: {len(failed)} check(s) failed: {failed[0]}", 1
+    counted, then the summary.md in ``folder`` (the evaluation's reports) that names them all."""
+    count = f"{len(failed)} failed check{'' if len(failed) == 1 else 's'}"  # summary.md's own count (``cells``)
+    line, shown = f"robustness gate at step {step}: {count}: {failed[0]}", 1
     while shown < len(failed) and len(line) + len(failed[shown]) + 2 <= CONSOLE_WIDTH:
         line, shown = f"{line}; {failed[shown]}", shown + 1
-    more = f"; {len(failed) - shown} more in checkpoint-{step}/summary.md" if shown < len(failed) else ""
-    return line + more
+    summary = _shown(folder / "summary.md")
+    return line + (f"; {len(failed) - shown} more in {summary}" if shown < len(failed) else f"; see {summary}")
 
 
 class _ShortConsole:
@@ -332,7 +371,7 @@ class _ShortConsole:
         rest = {k: v for k, v in logs.items() if k not in ours}
         if set(rest) - {"epoch", "num_input_tokens_seen", "total_flos"}:
             super().on_log(args, state, control, logs=rest, **kwargs)
-        self.show(state, console_line(state.global_step, ours))
+        self.show(state, console_line(state.global_step, ours, folder=_logging_folder.get()))
 
 
 class ShortProgressCallback(_ShortConsole, ProgressCallback):
@@ -452,6 +491,18 @@ def _where(roll: Roll, rank: int, model) -> tuple[str, str]:
     why = (f"model: it is sharded over the ranks ({sharding}), which only every rank together can gather, and "
            f"{held}: not gated, training goes on")
     return (REFUSED if rank == roll.holders[0] else ASIDE), why
+
+
+def _folders_differ(said: dict[int, str], rank: int, mine: Path) -> str:
+    """What to warn when the ranks gating with ``rank`` (which writes) said other report folders than ``mine`` with
+    their roll call (``said``: rank -> folder), or '' when they agree."""
+    others = {r: folder for r, folder in sorted(said.items()) if folder != str(mine.resolve())}
+    if not others:
+        return ""
+    named = "; ".join(f"rank {r}: {folder}" for r, folder in others.items())
+    return (f"report_dir: the ranks were given different folders ({named}): rank {rank} writes every evaluation's "
+            f"reports to {mine}, and the others' stay empty (give every rank the same report_dir: a fixed path, or "
+            "one under TrainingArguments.output_dir, not tempfile.mkdtemp() on each rank)")
 
 
 def _agreed(stop: bool) -> bool:

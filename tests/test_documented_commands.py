@@ -19,10 +19,14 @@ dropped) and each goes to the runner of its first words:
 - installation (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``, ``bash scripts/...``): what
   ``.ci/run`` does from scratch on every landing; here each package or extra named must be one it installs, and a
   script one it runs.
+- ``python train.py`` and ``torchrun ... train.py``: the page's script of that name (a ``python`` block marked
+  ``<!-- script -->`` whose first line is ``# train.py``) run as written, in a folder of the test's that holds the
+  fixtures and the gate's limits; its reports must land in one folder, which each evaluation's console line names.
 - a command no runner knows fails the test: a new kind of documented command needs its runner.
 
 A ``python`` block is executed as written, in a fresh interpreter from the project root; a block marked
-``<!-- plugin-example: ... -->`` is a module the plug-in tests import (``tests/test_scorer_plugin_example.py``).
+``<!-- plugin-example: ... -->`` is a module the plug-in tests import (``tests/test_scorer_plugin_example.py``), and
+one marked ``<!-- script -->`` is run by the page's commands that name it.
 What a reader replaces (``path/to/rows``, a hub id) is replaced by the embedded fixtures, and what this
 machine lacks (a GPU, eight of them) by what it has (``PLACEHOLDERS``); a ``variants`` command gets
 ``--rows-per-set 1`` (the tiny language model writes for 5 rows, not 1,200).
@@ -100,6 +104,8 @@ def _kind(command: str) -> str:
         words = words[1:]
     if words[:2] == ["transformers", "serve"] or words[0] in ("llama-server", "laya-vllm-server"):
         return "serve"
+    if words[0] in ("python", "torchrun") and words[-1].endswith(".py"):
+        return "script"
     if words[:3] == ["python3", "-m", "venv"] or words[:2] == [".", ".venv/bin/activate"] or words[:2] == ["pip", "install"] \
             or words[0] == "bash" and words[1].startswith("scripts/"):
         return "install"
@@ -108,7 +114,7 @@ def _kind(command: str) -> str:
 
 def test_the_docs_show_commands_of_every_kind():
     kinds = {_kind(c) for _, c in DOCUMENTED}
-    assert {"pytest", "cli", "install", "serve"} <= kinds, kinds
+    assert {"pytest", "cli", "install", "serve", "script"} <= kinds, kinds
 
 
 def test_every_documented_command_has_a_runner():
@@ -303,6 +309,9 @@ def llama_server(tmp_path_factory):
 
 
 PYTHON = [(page, mark, body) for page, mark, body in _blocks("python")]
+#: The scripts the pages' commands run: (page, the name its first line gives) -> its text.
+SCRIPTS = {(page, body.splitlines()[0].removeprefix("#").strip()): body for page, mark, body in PYTHON
+           if mark == "script"}
 
 
 @pytest.mark.parametrize("page, mark, body", PYTHON, ids=lambda x: str(x)[:40])
@@ -310,7 +319,40 @@ def test_a_documented_python_example_runs(page, mark, body, tmp_path):
     if mark == "plugin-example":
         assert "plugin-example" in (ROOT / "tests" / "test_scorer_plugin_example.py").read_text()
         return
+    if mark == "script":  # run by the page's commands that name it (test_a_documented_script_runs)
+        name = body.splitlines()[0].removeprefix("#").strip()
+        assert any(p == page and _kind(c) == "script" and shlex.split(c)[-1] == name for p, c in DOCUMENTED), \
+            f"{page}: no command runs the script {name!r}"
+        return
     script = tmp_path / "example.py"
     script.write_text(body)
     run = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, f"{page}:\n{body}\n{run.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("page, command", [(p, c) for p, c in DOCUMENTED if _kind(c) == "script"],
+                         ids=lambda x: str(x)[:70])
+def test_a_documented_script_runs_and_its_reports_land_in_one_folder(page, command, tmp_path):
+    """``python train.py`` / ``torchrun ... train.py`` on the page's script, as written: it ends 0, every evaluation's
+    reports are in one folder (under ``torchrun`` too: rank 0 writes, the ranks gate together), and each evaluation's
+    console line names its folder."""
+    words = shlex.split(command)
+    name = words[-1]
+    assert (page, name) in SCRIPTS, f"{page}: {command!r} runs {name}, and the page shows no <!-- script --> of it"
+    (tmp_path / name).write_text(SCRIPTS[page, name])
+    (tmp_path / "laya_fixtures").symlink_to(ROOT / "laya_fixtures")
+    shutil.copy(ROOT / "thresholds.toml", tmp_path / "thresholds.toml")
+    launcher = [sys.executable] if words[0] == "python" else [sys.executable, "-m", "torch.distributed.run"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT))
+    run = subprocess.run(launcher + words[1:], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{page}: {command}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    checkpoints = sorted((Path(folder) for folder, _, files in os.walk(tmp_path)  # symlinks not followed
+                          if "summary.json" in files and Path(folder).name.startswith("checkpoint-")),
+                         key=lambda folder: int(folder.name.removeprefix("checkpoint-")))
+    assert checkpoints and len({c.parent for c in checkpoints}) == 1, checkpoints  # one report folder per run
+    lines = [line for line in run.stdout.splitlines() if line.startswith("robustness gate, step ")]
+    assert [f"checkpoint-{line.split()[3].rstrip(':')}" for line in lines] == [c.name for c in checkpoints], lines
+    for line, checkpoint in zip(lines, checkpoints):
+        assert line.endswith(f"; reports in {checkpoint.relative_to(tmp_path)}"), line
+    assert "gates alone" not in run.stderr and "different folders" not in run.stderr, run.stderr[-4000:]

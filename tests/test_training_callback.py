@@ -209,9 +209,13 @@ def test_the_console_shows_one_short_line_per_evaluation_and_every_number_is_sti
     ours = [line for line in lines if line.startswith("robustness gate, step ")]
     steps = list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
     assert [int(line.split()[3].rstrip(":")) for line in ours] == steps, lines
-    assert max(map(len, ours)) <= CONSOLE_WIDTH and all("; worst: " in line for line in ours), ours
-    assert not any("robustness/" in line for line in lines)  # the dict of numbers is not printed
-    assert max(map(len, lines)) < 150, max(lines, key=len)  # the Trainer's own lines (its eval loss) are ~135
+    for line, step in zip(ours, steps):  # the numbers fit in the width, then the folder of that evaluation, whole
+        numbers, folder = line.split("; reports in ")
+        assert len(numbers) <= CONSOLE_WIDTH and "; worst: " in numbers, line
+        assert folder == str(out / "robustness" / f"checkpoint-{step}"), line
+    assert not any("'robustness/" in line for line in lines)  # the dict of numbers is not printed
+    others = [line for line in lines if line not in ours]
+    assert max(map(len, others)) < 150, max(others, key=len)  # the Trainer's own lines (its eval loss) are ~135
     assert [type(c) for c in trainer.callback_handler.callbacks].count(ShortPrinterCallback) == 1
     for step in steps:  # the history (and TensorBoard, above) has every number
         (logged,) = [e for e in trainer.state.log_history if e.get("step") == step and "robustness/failed_checks" in e]
@@ -237,8 +241,10 @@ def test_a_callback_added_later_shortens_the_progress_bars_lines(tmp_path, capsy
     trainer.log({"loss": 1.5})
     trainer.callback_handler.on_train_end(args, trainer.state, TrainerControl())
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("robustness gate, step 0: 2 failed checks; worst: text/set_0/acc 0.000, "
-                                 "text/set_8/flip 0.800") and len(printed[0]) <= CONSOLE_WIDTH, printed
+    numbers, folder = printed[0].split("; reports in ")
+    assert numbers.startswith("robustness gate, step 0: 2 failed checks; worst: text/set_0/acc 0.000, "
+                              "text/set_8/flip 0.800") and len(numbers) <= CONSOLE_WIDTH, printed
+    assert folder == str(tmp_path / "r" / "checkpoint-0"), printed
     assert printed[1].startswith("{'loss': '1.5'") and len(printed) == 2, printed  # the rest as the Trainer prints it
     assert {k: v for k, v in trainer.state.log_history[0].items() if k.startswith("robustness/")} == {
         **metrics, "robustness/failed_checks": 2.0}

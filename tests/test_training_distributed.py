@@ -141,6 +141,43 @@ def test_an_fsdp1_model_is_refused_naming_the_model(one_rank_world):
         callback.check_trainer(None, wrapped, processor)
 
 
+def test_ranks_given_their_own_report_folders_gate_together_and_the_writing_one_names_the_others(
+        one_rank_world, tmp_path, monkeypatch, caplog):
+    """Two ranks' callbacks, each with a folder of its own (as ``tempfile.mkdtemp()`` on each rank gives), each told
+    its rank of a world of 2 and answering the roll call through this process group's store: they gate together, not
+    each alone, and rank 0, which writes, warns naming rank 1's folder and its own."""
+    import logging
+    from collections import Counter
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import TrainerControl, TrainerState
+
+    from laya_robustness import training
+    from laya_robustness.run.executors import roll_call
+
+    monkeypatch.setattr(roll_call, "_begun", Counter())
+    processor = AutoProcessor.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm")
+    folders = [tmp_path / f"rank{r}" / "robustness" for r in range(2)]
+    callbacks = [RobustnessCallback(data=ROOT / "laya_fixtures" / "rows", report_dir=f, root=ROOT, **GATE)
+                 for f in folders]
+    for rank, callback in enumerate(callbacks):
+        monkeypatch.setattr(training, "sharing_world", lambda rank=rank: (rank, 2))
+        callback.on_train_begin(SimpleNamespace(eval_strategy="steps"), TrainerState(), TrainerControl(),
+                                processing_class=processor)
+    where = []
+    with caplog.at_level(logging.WARNING, logger="laya_robustness.training"):
+        for rank, callback in enumerate(callbacks):
+            monkeypatch.setattr(training, "_main", lambda rank=rank: rank == 0)
+            where.append(callback.where(TrainerState(global_step=2), torch.nn.Linear(2, 2)))
+    assert where == [training.TOGETHER, training.TOGETHER]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "laya_robustness.training"]
+    assert warnings == [f"robustness gate: report_dir: the ranks were given different folders (rank 1: {folders[1]}): "
+                        f"rank 0 writes every evaluation's reports to {folders[0]}, and the others' stay empty (give "
+                        "every rank the same report_dir: a fixed path, or one under TrainingArguments.output_dir, not "
+                        "tempfile.mkdtemp() on each rank)"], warnings
+
+
 def test_a_world_of_one_rank_gates_as_one_process_without_a_collective(one_rank_world, tmp_path, monkeypatch):
     """``--executor distributed`` and the callback in a world of one: every chunk is this rank's, the records a local
     run's, and no collective is called (nothing to share; after one, this rank's threaded forwards ran slower)."""

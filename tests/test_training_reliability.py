@@ -89,7 +89,7 @@ def test_a_lora_model_is_gated_with_the_numbers_of_its_merged_saved_and_reloaded
 
 
 def test_a_lora_models_reports_name_its_base_and_its_adapter_and_hash_both(tmp_path, monkeypatch):
-    from laya_robustness.scoring.loading import weight_hashes
+    from laya_robustness.weights import weight_hashes
 
     model = get_peft_model(_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj", "q_proj"],
                                                 lora_dropout=0.0, init_lora_weights=False))  # adapters not at 0
@@ -104,7 +104,7 @@ def test_a_lora_models_reports_name_its_base_and_its_adapter_and_hash_both(tmp_p
     assert len({hashes["tensors"], hashes["base"], hashes["adapter"]}) == 3
     again = get_peft_model(_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj", "q_proj"],
                                                 lora_dropout=0.0, init_lora_weights=False))
-    from laya_robustness.scoring.loading import model_weight_hashes
+    from laya_robustness.weights import model_weight_hashes
 
     assert model_weight_hashes(again.get_base_model())["adapter"] != hashes["adapter"]  # other adapter weights
 

@@ -4,6 +4,7 @@ evaluation in a row ("confirmed"), or not at all unless the model regressed agai
 a policy that cannot work is a usage error naming ``stop_on_fail``."""
 
 import gzip
+import logging
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,19 @@ def test_an_unchanged_model_gets_the_same_records_and_verdict_at_every_evaluatio
 
 
 @pytest.mark.parametrize(("policy", "ran"), [(True, [1]), ("failure", [1]), ("confirmed", [1, 2]), (False, [1, 2, 3])])
-def test_a_failing_model_stops_when_its_policy_says(tmp_path, policy, ran):
-    assert _train(tmp_path, _callback(tmp_path, stop_on_fail=policy)) == ran
+def test_a_failing_model_stops_when_its_policy_says(tmp_path, policy, ran, caplog):
+    """... and each warning names the folder of that evaluation's reports: the failed checks' its summary.md, the
+    stop's the folder."""
+    with caplog.at_level(logging.WARNING, logger="laya_robustness.training"):
+        assert _train(tmp_path, _callback(tmp_path, stop_on_fail=policy)) == ran
+    warnings = [r.getMessage() for r in caplog.records if r.name == "laya_robustness.training"]
+    failed = [w for w in warnings if w.startswith("robustness gate at step ")]
+    assert [w.split()[4].rstrip(":") for w in failed] == [str(step) for step in ran], warnings
+    for step, warning in zip(ran, failed):
+        assert warning.endswith(f" {tmp_path / 'robustness' / f'checkpoint-{step}' / 'summary.md'}"), warning
+    stopped = [w for w in warnings if "training stopped" in w]
+    assert stopped == [f"robustness gate: training stopped at step {ran[-1]} (stop_on_fail={policy!r}); reports in "
+                       f"{tmp_path / 'robustness' / f'checkpoint-{ran[-1]}'}"] * bool(policy), warnings
 
 
 def test_regression_stops_only_on_a_regression_against_the_baseline(tmp_path):

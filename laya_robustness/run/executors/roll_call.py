@@ -20,7 +20,7 @@ from dataclasses import dataclass
 PREFIX = "laya-robustness/roll-call"
 #: Seconds the first rank to read waits for every rank's key before deciding without the missing ones.
 WAIT_S = 10.0
-#: How many times each name has begun in this process (a callback may train more than once).
+#: How many times each name has begun on each rank in this process (a callback may train more than once).
 _begun: Counter = Counter()
 
 
@@ -52,18 +52,19 @@ def default_store():
 
 
 class RollCall:
-    """This rank's answer to the roll call of the callback named ``name`` (the same on every rank: its report
-    folder), said now, in a world of ``size`` ranks where this one is ``rank``."""
+    """This rank's answer to the roll call of the callback named ``name`` (the same on every rank: the nth callback of
+    that name to begin training on this rank answers the nth roll call), said now, in a world of ``size`` ranks where
+    this one is ``rank``; ``says``: what this rank tells the others with its answer (``said``)."""
 
-    def __init__(self, name: str, rank: int, size: int):
+    def __init__(self, name: str, rank: int, size: int, says: str = "1"):
         self.rank, self.size = rank, size
-        _begun[name] += 1
+        _begun[name, rank] += 1
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-        self.key = f"{digest}/{_begun[name]}"
+        self.key = f"{digest}/{_begun[name, rank]}"
         self.store = default_store()
         try:
             if self.store is not None:
-                self.store.set(f"{self.key}/rank-{rank}", "1")
+                self.store.set(f"{self.key}/rank-{rank}", says)
         except RuntimeError:  # (DistStoreError is one) read() says it cannot tell
             self.store = None
 
@@ -86,3 +87,13 @@ class RollCall:
         present = ",".join(str(r) for r, key in enumerate(keys) if self.store.check([key]))
         decided = self.store.compare_set(decision, "", present).decode()
         return Roll(tuple(int(r) for r in decided.split(",")), self.size)
+
+    def said(self, ranks) -> dict[int, str]:
+        """What each of ``ranks`` (ranks that answered: ``Roll.holders``) said with its answer; {} where the store
+        cannot tell."""
+        try:
+            if self.store is not None:
+                return {r: self.store.get(f"{self.key}/rank-{r}").decode() for r in ranks}
+        except RuntimeError:
+            pass
+        return {}
