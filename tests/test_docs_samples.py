@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from laya_robustness.embedded import EMBEDDED_LIMITATIONS
+from laya_robustness.families import get_family
 from laya_robustness.gate.catalogue import CATALOGUE
 from laya_robustness.gate.judgement import Judgement, evaluate_cell
 from laya_robustness.gate.limits import run_limits
@@ -23,12 +24,15 @@ from laya_robustness.gate.thresholds import measured_on
 from laya_robustness.pytest_plugin.terminal import problem_lines
 from laya_robustness.report.cells import cell_verdicts
 from laya_robustness.report.wrapping import unwrap
+from laya_robustness.run.scope import built_nothing_text
 from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 STALE = "stale: run python scripts/docs_samples.py"
 COVERED = re.compile(r"^laya-robustness covered \(cpu\): complete: all (\d+) cells of (\d+) families on (\d+) "
-                     r"datasets scored and judged$")
+                     r"datasets scored and judged(?:; (\d+ built no variant: .+))?$")
+#: One family's datasets in the covered line (``negation (colour_choice, count_choice)``).
+FAMILY_CELLS = re.compile(r"(\w+) \((\w+(?:, \w+)*)\)")
 VERDICTS = re.compile(r"^verdicts: (\d+) FAIL, (\d+) XPASS, (\d+) xfail, (\d+) ok \(cells with limits\)"
                       r"(; invariance: \d+ \w+(, \d+ \w+)*)?$")
 
@@ -66,18 +70,24 @@ def test_the_screenshot_was_made_against_the_committed_snapshot():
 
 @pytest.mark.parametrize("page, sha, lines", SHOWN, ids=[page for page, _, _ in SHOWN])
 def test_each_sample_agrees_with_the_snapshot_and_the_limits(page, sha, lines):
-    """The covered line's families and datasets are the snapshot's (its cells: at least the snapshot's, at most
-    every family on every dataset); the verdict counts add up to the snapshot's cells with limits, and with no
-    failure the xfail and XPASS cells are those of the embedded default's known limitations."""
+    """The covered line's families and datasets are the snapshot's, its cells the snapshot's; the cells it says
+    built no variant are none of the snapshot's, each with its family's reason, as the gate words them (at most
+    every family on every dataset in all); the verdict counts add up to the snapshot's cells with limits, and with
+    no failure the xfail and XPASS cells are those of the embedded default's known limitations."""
     lines = unwrap(lines)  # the lines as written, before the terminal wrapped them
     snapshot = _snapshot()
     cells = {tuple(key.split("/")) for key in snapshot["headlines"]}
     families, datasets = {f for f, _ in cells}, {d for _, d in cells}
     covered = [m for line in lines if (m := COVERED.match(line))]
     assert len(covered) == 1 and lines[0] == covered[0].group(0), f"{page}: no complete covered line first: {lines}"
-    n, n_families, n_datasets = map(int, covered[0].groups())
+    n, n_families, n_datasets = map(int, covered[0].groups()[:3])
     assert (n_families, n_datasets) == (len(families), len(datasets)), f"{page}: {STALE}"
-    assert len(cells) <= n <= len(families) * len(datasets), f"{page}: {STALE}"
+    assert n == len(cells), f"{page}: {STALE}"
+    built = covered[0].group(4) or ""
+    empty = {(f, d): get_family(f).when_empty for f, sets in FAMILY_CELLS.findall(built) for d in sets.split(", ")}
+    assert built == built_nothing_text(empty), f"{page}: {STALE} (built no variant: {built!r})"
+    assert not set(empty) & cells and {f for f, _ in empty} <= families and {d for _, d in empty} <= datasets, page
+    assert n + len(empty) <= len(families) * len(datasets), f"{page}: {STALE}"
 
     verdicts = [m for line in lines if (m := VERDICTS.match(line))]
     assert len(verdicts) == 1, f"{page}: no verdicts line in {lines}"

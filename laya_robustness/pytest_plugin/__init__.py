@@ -44,6 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from laya_robustness.pytest_plugin.terminal import narrow_benchmark_table
+
+    narrow_benchmark_table(config)  # before pytest-benchmark's pytest_configure (trylast) reads it
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     for family in declared():

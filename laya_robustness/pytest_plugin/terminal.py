@@ -5,8 +5,11 @@ computed; then the failed and newly passing checks and the verdict counts.
 Every block of the summary appears (the flat table and every extension block), its columns and
 families derived from the declarations (``laya_robustness.report.cells``). Tables fit in ``WIDTH``
 columns: a row whose checks do not fit says how many checks decided it instead of naming them,
-and a block that still does not fit drops its intervals. The lines a person reads (errors, failed checks, the
-verdict counts, notes) are wrapped to the terminal's width, continuations indented (``report.wrapping``).
+and a block that still does not fit drops its intervals. The lines a person reads (what each report covers,
+errors, failed checks, the verdict counts, notes) are wrapped to the terminal's width, continuations indented
+(``report.wrapping``).
+pytest-benchmark's table, printed just before the summary, shows ``BENCHMARK_COLUMNS`` unless ``--benchmark-columns``
+names others: its ten default columns make it about 250 characters wide, wrapped into the summary on a terminal.
 """
 
 from __future__ import annotations
@@ -36,6 +39,16 @@ from laya_robustness.run.scoring.models import model_type
 from laya_robustness.scoring.adapters import adapter_class
 
 WIDTH = 120
+#: pytest-benchmark's columns when ``--benchmark-columns`` is not given: the median time, its spread and the rounds.
+BENCHMARK_COLUMNS = ("median", "iqr", "rounds")
+
+
+def narrow_benchmark_table(config) -> None:
+    """Have pytest-benchmark's table show ``BENCHMARK_COLUMNS`` when ``--benchmark-columns`` is not given (called
+    before pytest-benchmark reads its options; nothing without pytest-benchmark)."""
+    if getattr(config.option, "benchmark_columns", ()) is None:
+        config.option.benchmark_columns = list(BENCHMARK_COLUMNS)
+
 
 
 def render(rows: list[list[str]]) -> list[str]:
@@ -187,7 +200,7 @@ def write_summary(reporter, session) -> None:
     the verdict counts. ``-q`` leaves out the snapshot match and the reports line."""
     outcome = session.outcome
     for line, complete in scope_lines(outcome.scopes if outcome is not None else {}):
-        reporter.write_line(line, green=complete, yellow=not complete)
+        write_wrapped(reporter, line, green=complete, yellow=not complete)
     if session.start_error is not None:
         status, why = session.start_error
         write_wrapped(reporter, f"ERROR (exit {status}, nothing was run): {why}", red=True)

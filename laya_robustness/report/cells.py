@@ -279,6 +279,19 @@ def text_rows(rows: Sequence[CellRow], columns: Sequence[str], intervals: Iterab
     return out
 
 
+def gate_failures(verdicts: Mapping[tuple[str, str], CellVerdict]) -> list[tuple[str, str, CheckMark]]:
+    """(family, dataset, check) of each check the gate fails on, as its tests and ``run_gate``'s ``failures`` count
+    them (the training callback's "N failed checks"): every failed check, and each known limitation that now passes
+    in a cell whose outcome is XPASS. A cell can fail on several checks: ``verdict_line`` counts cells."""
+    return [(family, dataset, c) for (family, dataset), v in sorted(verdicts.items()) for c in v.checks
+            if c.status == FAIL or (c.status == XPASS and v.outcome == XPASS)]
+
+
+def failed_checks_text(n: int) -> str:
+    """``3 failed checks``: the count of ``gate_failures`` in the words of the training callback's console line."""
+    return f"{n} failed check{'' if n == 1 else 's'}"
+
+
 def problems(verdicts: Mapping[tuple[str, str], CellVerdict]) -> list[tuple[str, str, str, CheckMark]]:
     """The checks a reader must act on, sorted: (status, family, dataset, check) for every failed check and
     every known limitation that now passes (xpass)."""

@@ -16,13 +16,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 from laya_robustness.answers import answer_of, is_correct, is_scored
 from laya_robustness.families import FLAT, find_family
+from laya_robustness.gate.results import NOT_APPLICABLE
 from laya_robustness.records import OPEN, UNPARSED
 from laya_robustness.report import plots
 from laya_robustness.report.build import Report
 from laya_robustness.report.cells import (
+    FAIL,
     MARKS,
     PASS,
     UNCHECKED,
+    UNDECIDED,
+    XFAIL,
+    XPASS,
     CellVerdict,
     cell_rows,
     columns_of,
@@ -59,7 +64,8 @@ tr.fail td{background:#fdecec}tr.xfail td{background:#fff6e0}tr.xpass td{backgro
 .tag{display:inline-block;border-radius:3px;padding:0 5px;font-weight:600;font-size:12px}
 .tag.pass{background:#dff3e3;color:#17652a}.tag.fail{background:#d93025;color:#fff}
 .tag.xfail{background:#f6c342;color:#4a3500}.tag.xpass{background:#7b4bc4;color:#fff}
-.tag.unchecked{background:#eee;color:#666}
+.tag.unchecked{background:#eee;color:#666}.tag.undecided{background:#e3eefb;color:#1a4f8b}
+.tag.not.applicable{background:#eee;color:#666}
 ul.checks{margin:2px 0 0;padding-left:16px;font-size:12px}ul.checks li.pass{color:#17652a}
 ul.checks li.fail{color:#b00020}ul.checks li.xfail{color:#7a5a00}ul.checks li.xpass{color:#5b2d9e}
 .examples{display:flex;flex-direction:column;gap:14px}
@@ -118,6 +124,25 @@ def thumbnail_uri(image, max_px: int = THUMBNAIL_PX) -> str:
 def _tag(outcome: str) -> str:
     text = "-" if outcome == UNCHECKED else MARKS[outcome]
     return f'<span class="tag {e(outcome)}">{e(text)}</span>'
+
+
+#: What each mark of a cell or check means (the legend above the tables), in the order it is shown.
+MEANINGS = {
+    PASS: "every limit holds",
+    FAIL: "a limit is crossed",
+    XFAIL: "a declared known limitation still fails",
+    XPASS: "a known limitation now passes (the limits file must be updated)",
+    UNDECIDED: "a check judged on its interval that the evidence decides neither way: sampling noise could put it on "
+               "either side of the limit (not a failure; more rows decide it)",
+    NOT_APPLICABLE: "the run cannot have the check's statistic (e.g. max_ece of a generation-only scorer): it decides "
+                    "nothing",
+    UNCHECKED: "no limit was checked",
+}
+
+
+def legend() -> str:
+    """Every mark the tables show with its meaning (``MEANINGS``), as HTML."""
+    return ", ".join(f"{_tag(outcome)} {e(meaning)}" for outcome, meaning in MEANINGS.items())
 
 
 def _check_item(c) -> str:
@@ -340,10 +365,7 @@ def render_html(report: Report, changes: Sequence[str] = (), drawn: Callable[[st
 {notes}
 {changed}
 <h2 id="cells">Families × sets: numbers with 95% cluster-bootstrap intervals and the verdict of each check</h2>
-<p class="muted">Rows: cells of family × dataset. Marks: <span class="tag pass">ok</span> every limit holds,
-<span class="tag fail">FAIL</span> a limit is crossed, <span class="tag xfail">xfail</span> a declared known limitation
-still fails, <span class="tag xpass">XPASS</span> a known limitation now passes (the limits file must be updated),
-<span class="tag unchecked">-</span> no limit was checked.</p>
+<p class="muted">Rows: cells of family × dataset. Marks: {legend()}.</p>
 {_cell_tables(report)}
 <h2 id="examples">What broke: the worst flipped groups per family</h2>
 <p class="muted">Per family, the group of each dataset with the largest share of flipped rows (ties: the most

@@ -22,7 +22,9 @@ from laya_robustness.report.cells import (
     XPASS,
     cell_rows,
     columns_of,
+    failed_checks_text,
     families_of,
+    gate_failures,
     probability_lines,
     problems,
     value_text,
@@ -111,7 +113,10 @@ def render_markdown(report: Report, changes: Sequence[str] = ()) -> str:
     problems = _problems(report)
     known = sum(1 for v in report.verdicts.values() for c in v.checks if c.status == XFAIL)
     if problems or known:
-        parts.append("#### Failed checks\n\n" + ("\n".join(problems) or "none")
+        failed = gate_failures(report.verdicts)
+        cells = len({(family, dataset) for family, dataset, _ in failed})
+        count = f"{failed_checks_text(len(failed))} in {cells} cell{'' if cells == 1 else 's'}:\n\n" if failed else ""
+        parts.append("#### Failed checks\n\n" + count + ("\n".join(problems) or "none")
                      + (f"\n\n{known} known limitation(s) still fail as declared (xfail)." if known else ""))
     if report.baseline is not None:
         parts.append("#### Against the baseline\n\n" + "\n".join(f"- {md(c)}" for c in changes))

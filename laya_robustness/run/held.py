@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from laya_robustness.records import Record
+from laya_robustness.families import get_family
+from laya_robustness.records import ORIG, Record
 from laya_robustness.run.scope import Scope, decide_scope
 
 Cell = tuple[str, str, str]  # (family, dataset, device)
@@ -79,11 +80,14 @@ class Held:
     def scopes(self, asked: Sequence[tuple[str, str]], narrowed_by: Sequence[str] = ()) -> dict[str, Scope]:
         """The scope of each device that reports (``run.scope``): the cells the run asks for (``asked``), those
         scored (its records, and a cell whose family builds no variant there) and those its checks judged, the
-        xdist workers' included; ``narrowed_by``: the options that narrowed the selection."""
+        xdist workers' included; ``narrowed_by``: the options that narrowed the selection. A family cell scored
+        with no record built no variant there (``Scope.built_nothing``, with the family's ``when_empty``): every
+        executor's records reach this process, so the same cells are found however the run was scored."""
         out = {}
         for device in sorted(self.devices() | {d for _, _, d in self.judged}):
-            scored = {(r.family, r.dataset) for r in self.records.get(device, {}).values()}
-            scored |= {(f, d) for f, d, dev in self.scored if dev == device}
+            with_records = {(r.family, r.dataset) for r in self.records.get(device, {}).values()}
+            scored = with_records | {(f, d) for f, d, dev in self.scored if dev == device}
             judged = {(f, d) for f, d, dev in self.judged if dev == device}
-            out[device] = decide_scope(asked, scored, judged, narrowed_by)
+            built_nothing = {(f, d): get_family(f).when_empty for f, d in scored - with_records if f != ORIG}
+            out[device] = decide_scope(asked, scored, judged, narrowed_by, built_nothing)
         return out
