@@ -92,6 +92,24 @@ def test_the_families_run_through_a_faulty_proxy(uninterrupted):
     assert cell["acc"] is not None and cell["flip"] is not None
 
 
+def test_served_check_matches_the_served_run_with_the_checkpoint_in_process(uninterrupted, tmp_path):
+    """``served-check``: the served run asked the questions the checkpoint in process asks (every one matched, the
+    same question), and says it cannot check the weights; no probabilities, so no |dp|."""
+    import laya_robustness
+    from laya_robustness.report.read_back import read_folder
+    from laya_robustness.report.served_check import served_check
+
+    families = [f for f in FAMILIES.split(",") if f != "lgip_paraphrase"]
+    laya_robustness.run_gate(families=families, rows_per_set=1, invariance=False, limitations="none", root=ROOT,
+                             report_dir=tmp_path / "inprocess")
+    served, inprocess = read_folder(uninterrupted[2]), read_folder(tmp_path / "inprocess")
+    check = served_check(served, inprocess)
+    assert check.not_comparable == [], check.not_comparable
+    assert sum(f.matched for f in check.families) == len(served.records) == len(inprocess.records)
+    assert all(f.dps == () for f in check.families) and check.weights.startswith("weights: not checked (SERVED")
+    assert check.status == (1 if any(f.agreement < 0.95 for f in check.families) else 0)
+
+
 def test_a_limit_that_needs_probabilities_is_not_applicable_and_says_why(uninterrupted):
     result, _, reports = uninterrupted
     checks = json.loads((reports / "checks.json").read_text())["results"]

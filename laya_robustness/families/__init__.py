@@ -60,7 +60,11 @@ class Family:
     in build([r])]``; tests/test_row_wise.py checks it): such a family is built in parallel chunks, and a
     report rebuilds only the rows it shows. ``reads_pixels`` says that the builder reads the pixels of its
     rows' images; one that only keeps, drops or moves images between rows declares False and is built on rows
-    whose images wait undecoded (``rows.PendingImage``; tests/test_reads_pixels.py checks it). ``slow`` marks
+    whose images wait undecoded (``rows.PendingImage``; tests/test_reads_pixels.py checks it). ``reads_row_set`` says
+    that the builder draws from other rows of the dataset (a donor's images, a borrowed option) and is called
+    ``build(rows, seed, row_set)`` with the dataset's whole row set (``families.row_set.RowSet``; None: ``rows`` are
+    their own), so that a sampled row's variants are those of the run of every row (tests/test_row_set.py checks
+    every family). ``slow`` marks
     its gate test ``slow`` (it runs only when ``-m`` names slow); ``default`` says whether ``--families``
     selects it when not given. ``when_empty`` is what the gate says when the family builds no variant of a set
     (why, and how to give it something to build).
@@ -85,6 +89,7 @@ class Family:
     source: str = "rows"
     row_wise: bool = False
     reads_pixels: bool = True
+    reads_row_set: bool = False
     slow: bool = False
     when_empty: str = "none of its rules applies"
 
@@ -242,14 +247,18 @@ def _build_pool():
     return _POOL[0]
 
 
-def build_variants(name: str, rows: Sequence[Row], seed: int) -> list[Row]:
+def build_variants(name: str, rows: Sequence[Row], seed: int, row_set=None) -> list[Row]:
     """The rows family ``name`` scores for ``rows``, each checked against the declaration; a row-wise
     family is built in chunks of rows on a thread pool, concatenated in row order (the same rows). A family
-    that reads pixels gets its rows with their pixels (``rows.with_pixels``, chunk by chunk)."""
+    that reads pixels gets its rows with their pixels (``rows.with_pixels``, chunk by chunk). A family that reads
+    the row set is given ``row_set`` (``families.row_set.RowSet``), else the one ``rows`` carry (a run's sampled rows,
+    ``families.row_set.SampledRows``), else None."""
     family = get_family(name)
+    row_set = row_set if row_set is not None else getattr(rows, "row_set", None)
 
     def build(chunk: Sequence[Row]) -> list[Row]:
-        return family.build([with_pixels(r) for r in chunk] if family.reads_pixels else chunk, seed)
+        given = [with_pixels(r) for r in chunk] if family.reads_pixels else chunk
+        return family.build(given, seed, row_set) if family.reads_row_set else family.build(given, seed)
 
     if family.row_wise and BUILD_THREADS > 1 and len(rows) > BUILD_CHUNK_ROWS:
         chunks = [rows[i:i + BUILD_CHUNK_ROWS] for i in range(0, len(rows), BUILD_CHUNK_ROWS)]

@@ -8,15 +8,18 @@ derangement, so no question gets its own image back, not even through a sibling
 question. All rows of a cluster share one donor; the donor's images come from its row
 with the smallest row_id. ``meta["donor_cluster"]`` names the donor. A dataset with
 fewer than two distinct images gets no variants.
+
+The clusters, and the row each donor's images come from, are those of the dataset's whole row set
+(``families.row_set``), not only of the rows sampled: a row's variant is the same whichever other rows
+``--rows-per-set`` drew.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from PIL import Image
-
 from laya_robustness.families import Family, declare
+from laya_robustness.families.row_set import RowSet, row_sets
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 
@@ -51,29 +54,38 @@ def donor_clusters(rows: Sequence[Row], seed: int) -> dict[str, str]:
     return donors
 
 
-def cluster_images(rows: Sequence[Row]) -> dict[str, tuple[Image.Image, ...]]:
-    """cluster -> the images of its row with the smallest row_id."""
-    chosen: dict[str, Row] = {}
-    for row in rows:
-        if row.images and (row.cluster not in chosen or row.row_id < chosen[row.cluster].row_id):
-            chosen[row.cluster] = row
-    return {cluster: row.images for cluster, row in chosen.items()}
+class Donors:
+    """The donor of each image cluster of ``rows``' datasets, drawn over each dataset's whole row set (``row_set``,
+    or the one ``rows`` carry, for its dataset; the rows themselves for any other): ``donor_clusters`` over the row
+    set, and the donor's images from its row with the smallest row_id, which may lie outside ``rows``."""
+
+    def __init__(self, rows: Sequence[Row], seed: int, row_set: RowSet | None = None):
+        _clusters_by_dataset(rows)  # a cluster with images in two datasets is refused
+        self.sets = row_sets(rows, row_set)
+        self.donors = {dataset: _derangement(sorted(dataset_set.image_clusters), seed, dataset)
+                       for dataset, dataset_set in self.sets.items()}
+
+    def of(self, row: Row) -> tuple[str, tuple] | None:
+        """(donor cluster, its images) of ``row``, or None for a row without images or whose dataset has one image."""
+        donor = self.donors[row.dataset].get(row.cluster) if row.images else None
+        return None if donor is None else (donor, self.sets[row.dataset].cluster_images(donor))
 
 
-def build(rows: Sequence[Row], seed: int) -> list[Row]:
-    """Every row with images, given the images of its cluster's donor."""
-    donors, images = donor_clusters(rows, seed), cluster_images(rows)
+def build(rows: Sequence[Row], seed: int, row_set: RowSet | None = None) -> list[Row]:
+    """Every row with images, given the images of its cluster's donor (drawn over ``row_set``: see ``Donors``)."""
+    donors = Donors(rows, seed, row_set)
     out = []
     for row in rows:
-        if row.images and row.cluster in donors:
-            donor = donors[row.cluster]
-            out.append(row.derive(FAMILY, VARIANT, images=images[donor], meta={**row.meta, "donor_cluster": donor}))
+        found = donors.of(row)
+        if found is not None:
+            donor, images = found
+            out.append(row.derive(FAMILY, VARIANT, images=images, meta={**row.meta, "donor_cluster": donor}))
     return out
 
 
 declare(Family(
     name=FAMILY, build=build, kind="control", variants=(VARIANT,), meta_keys={"*": ("donor_cluster",)},
-    reads_pixels=False,
+    reads_pixels=False, reads_row_set=True,
     checks=("min_gap",), summary="the image of another image cluster of the dataset (a seeded derangement)",
     title="shuffled image", short="shuffled", table=("acc", "delta"),
 ))

@@ -19,12 +19,16 @@ abstain (the option set no longer matches the question's answer in the usual way
   meta: ``no_gold`` (True) and ``kept`` (as for drop_wrong).
 - ``add_none``: "none of the above" appended; label unchanged; meta: ``none_index`` (= k).
 - ``add_none_shuffled``: the same on the images of the row's image_shuffle donor cluster
-  (``image_shuffle.donor_clusters(rows, seed)``; the donor's images come from its row with the
-  smallest row_id, as in image_shuffle). The label is the "none" option: with a mismatched
+  (``image_shuffle.Donors``; the donor's images come from its row with the smallest row_id, as in
+  image_shuffle). The label is the "none" option: with a mismatched
   image none of the original options is supported by the picture, so "none of the above" is
   the right answer. (Label -1 would hide this: the pick rate of "none" is the metric, and a
   label lets the row's accuracy measure the same thing.) meta: ``none_index`` and
   ``donor_cluster``. Rows without images, or whose dataset has one image, get none.
+
+The distractor candidates and the donors are drawn from the dataset's whole row set
+(``families.row_set``), not only from the rows sampled: a row's variants are the same whichever other
+rows ``--rows-per-set`` drew.
 
 A row that already offers "none of the above" (ignoring case) gets no add_none variants.
 Every variant keeps the source meta keys, group_id and cluster, and shows its options in
@@ -36,7 +40,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from laya_robustness.families import Family, declare
-from laya_robustness.families.image_shuffle import cluster_images, donor_clusters
+from laya_robustness.families.image_shuffle import Donors
+from laya_robustness.families.row_set import RowSet, row_sets
 from laya_robustness.metrics.extensions import abstain_cell, option_set_cell
 from laya_robustness.metrics.headline import ACC, LABEL_FLIP
 from laya_robustness.rng import keyed_rng
@@ -61,16 +66,7 @@ def _with_options(row: Row, family: str, variant: str, options, label: int, meta
     )
 
 
-def _distractor_pool(rows: Sequence[Row]) -> dict[str, list[tuple[str, str, str]]]:
-    """dataset -> sorted (row_id, cluster, option) of every option of its choice rows."""
-    pool: dict[str, list[tuple[str, str, str]]] = {}
-    for row in rows:
-        if _is_choice(row):
-            pool.setdefault(row.dataset, []).extend((row.row_id, row.cluster, o) for o in row.options)
-    return {d: sorted(items) for d, items in pool.items()}
-
-
-def _add_distractor(row: Row, pool: list[tuple[str, str, str]], seed: int) -> Row | None:
+def _add_distractor(row: Row, pool: Sequence[tuple[str, str, str]], seed: int) -> Row | None:
     own = {_norm(o) for o in row.options}
     candidates = [o for _, cluster, o in pool if cluster != row.cluster and _norm(o) not in own]
     if not candidates:
@@ -95,17 +91,19 @@ def _drop_wrong(row: Row, seed: int) -> Row | None:
     return _with_options(row, OPTION_SET, "drop_wrong", options, kept.index(row.label), {"kept": kept})
 
 
-def build_option_set(rows: Sequence[Row], seed: int) -> list[Row]:
-    """Every choice row with a borrowed distractor added and (k >= 3) with one wrong option dropped."""
-    pool = _distractor_pool(rows)
+def build_option_set(rows: Sequence[Row], seed: int, row_set: RowSet | None = None) -> list[Row]:
+    """Every choice row with a borrowed distractor (from the options of its dataset's row set: ``row_set``, or the
+    one ``rows`` carry) added and (k >= 3) with one wrong option dropped."""
+    sets = row_sets(rows, row_set)
     out = []
     for row in rows:
         if _is_choice(row):
-            out.extend(v for v in (_add_distractor(row, pool[row.dataset], seed), _drop_wrong(row, seed)) if v)
+            pool = sets[row.dataset].choice_options
+            out.extend(v for v in (_add_distractor(row, pool, seed), _drop_wrong(row, seed)) if v)
     return out
 
 
-def _abstain_variants(row: Row, donors: dict[str, str], images: dict[str, tuple]) -> list[Row]:
+def _abstain_variants(row: Row, donors: Donors) -> list[Row]:
     out = []
     k = len(row.options)
     if k >= 3:
@@ -115,28 +113,32 @@ def _abstain_variants(row: Row, donors: dict[str, str], images: dict[str, tuple]
         return out
     options = (*row.options, NONE_OPTION)
     out.append(_with_options(row, ABSTAIN, "add_none", options, row.label, {"none_index": k}))
-    if row.images and row.cluster in donors:
-        donor = donors[row.cluster]
+    found = donors.of(row)
+    if found is not None:
+        donor, images = found
         meta = {"none_index": k, "donor_cluster": donor}
-        out.append(_with_options(row, ABSTAIN, "add_none_shuffled", options, k, meta, images=images[donor]))
+        out.append(_with_options(row, ABSTAIN, "add_none_shuffled", options, k, meta, images=images))
     return out
 
 
-def build_abstain(rows: Sequence[Row], seed: int) -> list[Row]:
-    """Every choice row without its gold option (k >= 3) and with "none of the above" added."""
-    donors, images = donor_clusters(rows, seed), cluster_images(rows)
-    return [v for row in rows if _is_choice(row) for v in _abstain_variants(row, donors, images)]
+def build_abstain(rows: Sequence[Row], seed: int, row_set: RowSet | None = None) -> list[Row]:
+    """Every choice row without its gold option (k >= 3) and with "none of the above" added (on the images of its
+    donor too, drawn over ``row_set``: ``image_shuffle.Donors``)."""
+    donors = Donors(rows, seed, row_set)
+    return [v for row in rows if _is_choice(row) for v in _abstain_variants(row, donors)]
 
 
 declare(Family(
-    name=OPTION_SET, reads_pixels=False, build=build_option_set, kind="options", block="options",
+    name=OPTION_SET, reads_pixels=False, reads_row_set=True, build=build_option_set, kind="options",
+    block="options",
     variants=("add_distractor", "drop_wrong"),
     meta_keys={"add_distractor": ("distractor_index", "source_options"), "drop_wrong": ("kept",)},
     headline=(ACC, LABEL_FLIP), checks=("max_flip", "min_acc"), cell=option_set_cell,
     summary="a distractor borrowed from another image's row; a wrong option dropped", title="option set",
 ))
 declare(Family(
-    name=ABSTAIN, reads_pixels=False, build=build_abstain, kind="options", block="options",
+    name=ABSTAIN, reads_pixels=False, reads_row_set=True, build=build_abstain, kind="options",
+    block="options",
     variants=("drop_gold", "add_none", "add_none_shuffled"),
     meta_keys={"drop_gold": ("no_gold", "kept"), "add_none": ("none_index",),
                "add_none_shuffled": ("none_index", "donor_cluster")},

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
 
 from laya_robustness.families.rephrase import attach_variants
-from laya_robustness.loaders import LoadSettings, RowErrors, scan_rows
+from laya_robustness.families.row_set import RowSet, SampledRows
+from laya_robustness.loaders import LoadSettings, RowErrors, SourceRow, scan_rows
 from laya_robustness.loaders.captions import load_captions
 from laya_robustness.loaders.variants import load_paraphrases, read_user_file
 from laya_robustness.rng import keyed_rng
@@ -39,18 +40,40 @@ def sample_rows(rows: Sequence[RowLike], n: int, seed: int) -> list[RowLike]:
 
 
 def load_source_rows(data: str | Path, rows_per_set: int, seed: int, settings: LoadSettings | None = None,
-                     store: ImageStore | None = None) -> dict[str, list[Row]]:
-    """The sampled source rows of every dataset under ``data``, by dataset name (sorted).
+                     store: ImageStore | None = None) -> dict[str, SampledRows]:
+    """The sampled source rows of every dataset under ``data``, by dataset name (sorted), each dataset's with the
+    row set they were sampled from (``families.row_set.SampledRows``).
 
     Every row is validated and every image checked from its header first; then every sampled row's
-    images are decoded, held (no ``store``) or only keyed and left waiting in ``store`` (``run.scoring.images``).
+    images are decoded, held (no ``store``) or only keyed and left waiting in ``store`` (``run.scoring.images``);
+    a row of the set outside the sample has its images read so only when a family asks for them (``row_set``).
     Raises RowError for bad data, FileNotFoundError for none.
     """
     scanned = scan_rows(data, settings)
-    sampled = {name: sample_rows(rows, rows_per_set, seed) for name, rows in sorted(scanned.items())}
-    if store is None:
-        return {name: [row.load() for row in rows] for name, rows in sampled.items()}
-    return {name: waiting_rows(rows, store) for name, rows in sampled.items()}
+    out = {}
+    for name, rows in sorted(scanned.items()):
+        sampled = sample_rows(rows, rows_per_set, seed)
+        loaded = [row.load() for row in sampled] if store is None else waiting_rows(sampled, store)
+        out[name] = SampledRows(loaded, row_set(name, rows, loaded, store))
+    return out
+
+
+def row_set(dataset: str, rows: Sequence[SourceRow], sampled: Sequence[Row], store: ImageStore | None) -> RowSet:
+    """The row set of ``dataset`` (all its scanned ``rows``): a sampled row's images are its own (``sampled``); another
+    row's are read when first asked for, decoded (no ``store``) or waiting in ``store``."""
+    own = {row.row_id: row.images for row in sampled}
+    scanned: dict[str, SourceRow] = {}  # the rows whose images a cluster's come from (their images unread)
+
+    def images(row_id: str) -> tuple:
+        if row_id in own:
+            return own[row_id]
+        source = scanned[row_id]
+        return source.load().images if store is None else waiting_rows([source], store)[0].images
+
+    made = RowSet(dataset, [(row.row, bool(row.images)) for row in rows], images)
+    firsts = set(made.image_clusters.values()) - set(own)
+    scanned.update((row.row_id, row) for row in rows if row.row_id in firsts)
+    return made
 
 
 
@@ -102,7 +125,13 @@ def attach_user_variants(rows_by_dataset: Mapping[str, list[Row]], rephrasings_p
         out = attach_variants(out, read_user_file(rephrasings_path, REPHRASINGS), REPHRASINGS)
     if translations_path is not None:
         out = attach_variants(out, read_user_file(translations_path, TRANSLATIONS), TRANSLATIONS)
-    return out
+    return {name: _same_row_set(rows, rows_by_dataset[name]) for name, rows in out.items()}
+
+
+def _same_row_set(rows: list[Row], before: Sequence[Row]) -> list[Row]:
+    """``rows`` with the row set ``before`` carries (``SampledRows``), if it carries one."""
+    given = getattr(before, "row_set", None)
+    return rows if given is None else SampledRows(rows, given)
 
 
 def with_user_variants(rows: Mapping[str, list[Row]], spec: InputSpec) -> dict[str, list[Row]]:
