@@ -1,5 +1,5 @@
-"""Command line: ``python -m laya_robustness {summarize,floor,report,trend,stability,variants,calibrate-gate,fixtures,
-export-parquet}``.
+"""Command line: ``python -m laya_robustness {summarize,floor,report,trend,compare,served-check,limitations,stability,
+variants,calibrate-gate,fixtures,export-parquet}``.
 
 Exit codes: 0 done, 3 a model that cannot be loaded, 4 a usage error (a bad or unreadable input file, a bad
 argument), printed as one line.
@@ -78,6 +78,26 @@ def _compare(args) -> int:
         atomic_write(args.out, markdown(comparison))
     print(markdown(comparison) if args.markdown else "\n".join(text_lines(comparison)))
     return comparison.status
+
+
+def _served_check(args) -> int:
+    from laya_robustness.report.served_check import markdown, read_pair, served_check, text_lines
+
+    check = served_check(*read_pair(args.served, args.inprocess), args.min_agreement, args.max_dp)
+    if args.out is not None:
+        atomic_write(args.out, markdown(check))
+    print(markdown(check) if args.markdown else "\n".join(text_lines(check)))
+    return check.status
+
+
+def _limitations(args) -> int:
+    from laya_robustness.report.known_limitations import write_draft
+
+    count = write_draft(args.reports, args.out, thresholds=args.thresholds, replace=args.replace)
+    print(f"wrote {args.out}: {count} known limitation{'' if count == 1 else 's'} of the weights gated in "
+          f"{args.reports} (each reason a draft: say why these weights miss it); apply it with "
+          f"--limitations {args.out}")
+    return 0
 
 
 def _stability(args) -> int:
@@ -289,6 +309,28 @@ def parser() -> argparse.ArgumentParser:
     cp.add_argument("--markdown", action="store_true", help="print markdown (a pull request comment) instead of text")
     cp.add_argument("--out", type=Path, default=None, metavar="MD", help="also write the markdown to this file")
     cp.set_defaults(run=_compare)
+    sc = sub.add_parser("served-check", help="a served deploy's answers against the checkpoint's in process, on the "
+                        "questions both runs asked, no model; exit 0 the same, 1 a limit crossed, 4 not comparable")
+    sc.add_argument("served", type=Path, metavar="SERVED", help="the served run's report folder")
+    sc.add_argument("inprocess", type=Path, metavar="INPROCESS", help="the report folder of the checkpoint run in "
+                    "process (the same data and seed; its rows per set may differ)")
+    sc.add_argument("--min-agreement", type=float, default=0.95, metavar="SHARE", help="the least share of "
+                    "questions of a family answered alike (default: 0.95)")
+    sc.add_argument("--max-dp", type=float, default=0.1, metavar="P", help="the largest |dp| of a question: the "
+                    "difference of the probabilities of the option INPROCESS chose (default: 0.1)")
+    sc.add_argument("--markdown", action="store_true", help="print markdown instead of text")
+    sc.add_argument("--out", type=Path, default=None, metavar="MD", help="also write the markdown to this file")
+    sc.set_defaults(run=_served_check)
+    kl = sub.add_parser("limitations", help="draft the known limitations of the weights one run gated (its failed "
+                        "checks, [measured_on] its weights) as an overlay for --limitations, no model")
+    kl.add_argument("reports", type=Path, metavar="DIR", help="the run's report folder (summary.json, checks.json, "
+                    "predictions.jsonl.gz)")
+    kl.add_argument("--out", type=Path, required=True, metavar="TOML", help="where to write the overlay")
+    kl.add_argument("--thresholds", type=Path, default=Path("thresholds.toml"), metavar="FILE",
+                    help="the limits file the run was judged with, the draft read back against it "
+                    "(default: thresholds.toml)")
+    kl.add_argument("--replace", action="store_true", help="write over an existing --out")
+    kl.set_defaults(run=_limitations)
     st = sub.add_parser("stability", help="the stability analyses of one or more predictions files (same rows)")
     st.add_argument("predictions", type=Path, nargs="+")
     st.add_argument("--names", default=None, help="comma-separated model names (default: each file's folder)")

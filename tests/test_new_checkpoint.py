@@ -4,6 +4,7 @@ snapshot of a small configuration is recorded, the other trained tiny SmolVLM's 
 same file, and what changed in it is lines of numbers and hashes."""
 
 import difflib
+import shlex
 import re
 import shutil
 import subprocess
@@ -71,3 +72,60 @@ def test_a_new_checkpoint_fails_the_snapshot_with_what_moved_and_an_update_rewri
     moved_cells = [line.split('"')[1] for line in diff if line.startswith("+") and re.fullmatch(cell_line, line)]
     assert moved_cells and len(moved_cells) == len(set(moved_cells))
     assert len(after.splitlines()) <= 60  # the whole snapshot of this configuration reads as one page
+
+
+#: The configuration the page's whole sequence runs on here: orig and image_shuffle, where the new weights miss
+#: a check the old weights were known to miss (image_shuffle/left_of_yesno min_gap) and one they were not.
+SEQUENCE_CONFIGURATION = ("--families", "image_shuffle", "--rows-per-set", "40", "-m", "not invariance",
+                          "--benchmark-skip", "-p", "no:randomly",
+                          "-p", "no:cacheprovider")
+PAGE = ROOT / "docs" / "new-checkpoint.md"
+
+
+def page_sequence() -> list[tuple[str, int | None, bool]]:
+    """(command, the exit status its comment states, whether the new weights are in place) of the page's sequence."""
+    block = re.search(r"<!-- new-checkpoint-sequence -->\n```bash\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+    assert block, f"{PAGE}: no block marked <!-- new-checkpoint-sequence -->"
+    steps, new_weights = [], False
+    for line in block.group(1).splitlines():
+        command, _, comment = line.partition("#")
+        if not command.strip():
+            new_weights = new_weights or "new weights" in comment
+            continue
+        stated = re.match(r"\s*exit (\d)", comment)
+        steps.append((command.strip(), int(stated.group(1)) if stated else None, new_weights))
+    return steps
+
+
+def test_the_pages_whole_sequence_for_a_new_checkpoint_runs_as_written(project):
+    steps = page_sequence()
+    assert [s for s in steps if s[1] is None] == [], "every command of the sequence states its exit status"
+    assert any(not s[2] for s in steps) and any(s[2] for s in steps), "the sequence says where the weights change"
+    assert gate(project, "--families", "image_shuffle", "--rows-per-set", "40", "--snapshot-update").returncode == 0
+    outputs = []
+    for command, status, new_weights in steps:
+        if new_weights and not (project / "weights-replaced").exists():
+            shutil.copy(ROOT / "laya_fixtures" / "tiny-smolvlm-seed2" / "model.safetensors",
+                        project / "laya_fixtures" / "tiny-smolvlm" / "model.safetensors")
+            (project / "weights-replaced").touch()
+        words = shlex.split(command)
+        if words[0] == "pytest":
+            words = [sys.executable, "-m", "pytest", *words[1:], *SEQUENCE_CONFIGURATION]
+        else:
+            words = [sys.executable, *words[1:]]
+        done = subprocess.run(words, cwd=project, capture_output=True, text=True, timeout=900)
+        outputs.append(done.stdout)
+        assert done.returncode == status, f"{command}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+    new_run, drafted = outputs[1], (project / "limitations.toml").read_text(encoding="utf-8")
+    assert "were measured on other weights" in new_run  # the old weights' limitations were not applied
+    assert "FAILED robustness_tests/test_summary_snapshot.py::test_summary_snapshot[cpu]" in new_run
+    failed = re.findall(r"^FAIL (\w+)/(\w+) (\w+):", new_run, re.M)
+    assert ("image_shuffle", "left_of_yesno", "min_gap") in failed, new_run[-3000:]
+    for family, dataset, check in failed:  # each failed check drafted for the new weights, with their hash
+        assert f'family = "{family}"\ndataset = "{dataset}"\ncheck = "{check}"' in drafted
+    assert drafted.count("[[known_limitations]]") == len(failed)
+    from laya_robustness.weights import weight_hashes
+
+    tensors = weight_hashes(project / "laya_fixtures" / "tiny-smolvlm")["tensors"]
+    assert f'"tensors" = "{tensors}"' in drafted
+    assert re.search(r"verdicts: 0 FAIL, 0 XPASS, [1-9]\d* xfail", outputs[-1]), outputs[-1][-3000:]
