@@ -103,3 +103,35 @@ def test_the_regression_checks_against_another_run_of_the_same_model_and_against
     result = {"seeds": 3, "false_alarm_rate": 0.0, "red_seeds": [], "checks": {},
               "null_regression": {"comparisons": 2, "red": 1, "false_alarm_rate": 0.5, "per_comparison": [same, red]}}
     assert "red in 1 of 2 comparisons (false-alarm rate 0.500)" in format_calibration(result)
+
+
+def test_compares_own_call_on_runs_of_another_seed_and_on_a_worse_run(tmp_path):
+    """compare_call: compare's own judgement (report.review.compare) of two runs whose seeds differ: the same records
+    -> exit 0 (not refused for the seed); a run whose text answers moved -> exit 1 naming text's regressions."""
+    import json
+
+    from laya_robustness.analysis.calibrate import compare_call
+    from laya_robustness.run.scoring.chunks import prediction_record
+
+    rows = generate_rows("colour_choice", 60, seed=4)
+    variants = rows + build_variants("text", rows, 0)
+    scorer = OracleScorer("m", margin=3.0, noise=0.5)
+    temperatures = {"choice": 1.0, "noul": 1.0, "score": 1.0}
+    records = [prediction_record(r, lg, temperatures) for r, lg in zip(variants, scorer.score_batch(variants))]
+    worse = [dict(r, argmax=(r["label"] + 1) % len(r["logits"])) if r["family"] == "text" and i % 3 == 0 else r
+             for i, r in enumerate(records)]
+    folders = {}
+    for name, seed, recs in (("before", 0, records), ("same", 1, records), ("worse", 1, worse)):
+        folder = _run_dir(tmp_path / name, recs)
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["meta"]["seed"] = seed
+        (folder / "summary.json").write_text(json.dumps(summary))
+        (folder / "checks.json").write_text(json.dumps({"meta": {"alpha": 0.05, "interval_checks": 100},
+                                                        "results": []}))
+        folders[name] = folder
+    same = compare_call(folders["before"], folders["same"], "text")
+    assert same["status"] == 0 and not same["red"] and not same["called"] and same["regressions"] == []
+    worse_call = compare_call(folders["before"], folders["worse"], "text")
+    assert worse_call["status"] == 1 and worse_call["called"]
+    assert worse_call["regressions"] == ["text max_flip_regression", "text max_regression"]
+    assert not compare_call(folders["before"], folders["worse"], "orig")["called"]

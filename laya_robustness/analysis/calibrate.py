@@ -19,7 +19,11 @@ detected but, by the limit's own definition, not caught.
 
 The regression checks' own false alarms: each seed's predictions are also compared with the previous
 seed's, as ``--baseline`` would compare them (the same model on the other seed's variants of the same
-rows: every difference is chance), and a comparison is red when a regression check fails.
+rows: every difference is chance), and a comparison is red when a regression check fails. ``compare``'s own false
+alarms on the same pairs: ``report.review.compare`` of the two report folders, made comparable by giving the earlier
+run the later run's seed (the one difference between them), red when its exit status is 1 (a regression beyond
+noise, or a check that passed and now fails). With ``--plant``, compare's power: ``compare`` of each seed's run
+against its planted run, red when it calls the planted family's regression.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
             caught.append(planted_outcome(out / f"planted{seed}", plant))
     nulls = [null_regression(out / f"seed{seed}", out / f"seed{seed - 1}", seed, thresholds_of(extra))
              for seed in range(1, seeds)]
+    compares = [compare_call(out / f"seed{seed - 1}", out / f"seed{seed}") for seed in range(1, seeds)]
     result = {
         "seeds": seeds,
         "false_alarm_rate": sum(red) / seeds,
@@ -85,6 +90,9 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
         result["null_regression"] = {"comparisons": len(nulls), "red": sum(bool(n["failed"]) for n in nulls),
                                      "false_alarm_rate": sum(bool(n["failed"]) for n in nulls) / len(nulls),
                                      "per_comparison": nulls}
+        result["null_compare"] = {"comparisons": len(compares), "red": sum(c["red"] for c in compares),
+                                  "false_alarm_rate": sum(c["red"] for c in compares) / len(compares),
+                                  "per_comparison": compares}
     if plant:
         result["planted"] = {"family": plant, "rate": plant_rate, "caught": sum(c["caught"] for c in caught),
                              "power": sum(c["caught"] for c in caught) / seeds,
@@ -92,7 +100,33 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
                              "detected": sum(c["detected"] for c in caught),
                              "detection_power": sum(c["detected"] for c in caught) / seeds,
                              "per_seed": caught}
+        calls = [compare_call(out / f"seed{seed}", out / f"planted{seed}", plant) for seed in range(seeds)]
+        result["planted"]["compare"] = {"called": sum(c["called"] for c in calls),
+                                        "power": sum(c["called"] for c in calls) / seeds, "per_seed": calls}
     return result
+
+
+def compare_call(old_dir: Path, new_dir: Path, family: str | None = None) -> dict:
+    """``compare``'s judgement of two report folders of the same model and rows (``report.review.compare``), the
+    earlier given the later's seed, and a planted run's scorer taken for new weights (``scoring.planted``'s mark left
+    out of its model identity), as the only differences between them; ``red`` its exit status 1, ``called``
+    whether it named a regression of ``family`` (a failed regression check of it, or one of its checks now failing)."""
+    from dataclasses import replace
+
+    from laya_robustness.report.review import compare, read_report
+
+    old, new = read_report(old_dir), read_report(new_dir)
+    summary = {**old.summary, "meta": {**old.summary["meta"], "seed": new.summary["meta"].get("seed")}}
+    model = {k: v for k, v in (new.summary["meta"].get("model") or {}).items() if k != "planted"}
+    new_summary = {**new.summary, "meta": {**new.summary["meta"], "model": model}}  # the plant stands for new weights
+    comparison = compare(replace(old, summary=summary), replace(new, summary=new_summary))
+    if comparison.not_comparable:
+        raise RuntimeError(f"compare refused {old_dir} against {new_dir}: {comparison.not_comparable}")
+    named = sorted({f"{r.family} {r.check}" for r in comparison.regressed}
+                   | {f"{check}: {was} -> {now}" for check, was, now in comparison.now_failing})
+    called = family is not None and any(n.startswith((f"{family} ", f"{family}/")) for n in named)
+    return {"old": str(old_dir), "new": str(new_dir), "status": comparison.status, "red": comparison.status == 1,
+            "regressions": named, "called": called}
 
 
 def planted_outcome(report_dir: Path, family: str) -> dict:
@@ -174,10 +208,17 @@ def format_calibration(result: dict) -> str:
         lines.append(f"regression checks against the previous seed's predictions (the same model), as --baseline, "
                      f"compare and trend judge them: red in {n['red']} of {n['comparisons']} comparisons (false-alarm "
                      f"rate {n['false_alarm_rate']:.3f})")
+    if "null_compare" in result:
+        n = result["null_compare"]
+        lines.append(f"compare on the same pairs (its regressions and the checks now failing): exit 1 in {n['red']} of "
+                     f"{n['comparisons']} comparisons (false-alarm rate {n['false_alarm_rate']:.3f})")
     if "planted" in result:
         p = result["planted"]
         lines.append(f"planted regression ({p['rate']:.0%} of {p['family']}'s answers moved): caught in {p['caught']} "
                      f"of {result['seeds']} seeds (power {p['power']:.2f}; missed: {p['missed_seeds']})")
+        if "compare" in p:
+            lines.append(f"  compare of each seed's run against its planted run named {p['family']}'s regression in "
+                         f"{p['compare']['called']} of {result['seeds']} seeds (power {p['compare']['power']:.2f})")
         if "detected" in p:
             losses = sorted(c["loss"] for c in p.get("per_seed", ()))
             median = f"; median loss {losses[len(losses) // 2]:.4f}" if losses else ""
