@@ -42,14 +42,16 @@ def selected_by(config: pytest.Config, stopped: bool) -> list[str]:
 
 def planned_cells(items, run: GateRun) -> list[tuple[str, str, str]]:
     """The (family, dataset, device) cells the family tests among ``items`` judge, in their order: those of a
-    family the run scores (``run.run_cells``), not skipped by a mark."""
-    runnable, out = set(run.run_cells()), []
+    family the run scores (``run.run_cells``), not skipped by a mark. A session with no family test asks nothing of
+    the run (its rows are not read)."""
+    runnable, out = None, []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         family = getattr(getattr(item, "function", None), FAMILY_ATTRIBUTE, None)
         dataset = params.get("dataset", params.get("caption_set"))
         if family is None or dataset is None or "device" not in params:
             continue
+        runnable = set(run.run_cells()) if runnable is None else runnable
         if item.get_closest_marker("skip") is None and (family, dataset) in runnable:
             out.append((family, dataset, params["device"]))
     return out
