@@ -11,7 +11,6 @@ entry point), its gate test, its limits and its docs.
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from laya_robustness.metrics.headline import ACC, DELTA, FLIP, Headline
 from laya_robustness.metrics.stability_analysis import MODALITIES
 from laya_robustness.records import ORIG
+from laya_robustness.registry import Registry
 from laya_robustness.rows import Row, with_pixels
 
 Builder = Callable[[Sequence[Row], int], list[Row]]
@@ -133,7 +133,10 @@ class Family:
             raise ValueError(f"{self.name}: {row.row_id} lacks declared meta key(s) {', '.join(missing)}")
 
 
-_REGISTRY: dict[str, Family] = {}
+#: Every declared family (``registry.Registry``): declared by the built-in modules, then by those the
+#: ``laya_robustness.families`` entry points of installed packages name.
+FAMILIES: Registry[Family] = Registry("family", added="declared")
+_REGISTRY = FAMILIES.by_name
 #: The built-in family modules in the order of the reference's tables; any other module of this package
 #: is imported after them (alphabetically), then the modules named by the ``laya_robustness.families``
 #: entry points of installed packages. Each declares its families on import.
@@ -145,9 +148,7 @@ _loaded = False
 
 def declare(family: Family) -> Family:
     """Add a declaration to the registry (a family module calls this once at import)."""
-    if family.name in _REGISTRY:
-        raise ValueError(f"family {family.name!r} is declared twice")
-    _REGISTRY[family.name] = family
+    FAMILIES.add(family.name, family, origin=getattr(family.build, "__module__", None))
     return family
 
 
@@ -158,19 +159,17 @@ def _load_builtin() -> None:
     _loaded = True
     import importlib
     import pkgutil
-    from importlib.metadata import entry_points
 
     others = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in _MODULES)
     for module in (*_MODULES, *others):
         importlib.import_module(f"{__name__}.{module}")
-    for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        entry.load()
+    FAMILIES.load_entry_points(ENTRY_POINT_GROUP)
 
 
 def declared() -> tuple[Family, ...]:
     """Every declared family in declaration order (orig first)."""
     _load_builtin()
-    return tuple(_REGISTRY.values())
+    return tuple(family for _, family in FAMILIES.entries())
 
 
 def family_names() -> tuple[str, ...]:
@@ -216,20 +215,16 @@ def compares_flips(name: str) -> bool:
 
 
 def get_family(name: str) -> Family:
-    """The declaration of ``name``; an unknown name raises KeyError with the closest known names."""
+    """The declaration of ``name``; an unknown name raises KeyError with the closest known names
+    (``registry.UnknownName``), one whose entry point does not load ``registry.BrokenEntry`` naming it."""
     _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, _REGISTRY, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise KeyError(f"unknown family {name!r}{hint} (known: {', '.join(sorted(_REGISTRY))})") from None
+    return FAMILIES.get(name)
 
 
 def find_family(name: str) -> Family | None:
     """The declaration of ``name``, or None for a family no module declares (records may name one)."""
     _load_builtin()
-    return _REGISTRY.get(name)
+    return FAMILIES.find(name)
 
 
 #: Rows per chunk of a row-wise family's build, and the threads that build the chunks (image work in

@@ -31,7 +31,7 @@ from laya_robustness.loaders.settings import (
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, parse_ray_address
 from laya_robustness.run.executors.registry import executor_entry, executor_names
-from laya_robustness.scoring.factory import SERVED_SCORER
+from laya_robustness.scoring.factory import SERVED_SCORER, scorer_names
 from laya_robustness.scoring.served import endpoint_parts
 
 PRIMITIVE_TEMPERATURES = ("choice", "noul", "score")
@@ -108,8 +108,9 @@ def parse_actors(text: str) -> int | None:
 
 
 def parse_scorer(text: str) -> str:
-    """``hf``, ``openai`` (a model behind an OpenAI-compatible server) or a plug-in factory ``module:function``."""
-    if text not in ("hf", SERVED_SCORER) and not _PLUGIN.match(text):
+    """``hf``, ``openai`` (a model behind an OpenAI-compatible server), a plug-in factory ``module:function`` or the
+    name of a ``laya_robustness.scorers`` entry point."""
+    if text not in scorer_names() and not _PLUGIN.match(text):
         raise ValueError(f"{text!r} is neither 'hf', '{SERVED_SCORER}' nor 'module:function'")
     return text
 

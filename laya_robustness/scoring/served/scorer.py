@@ -1,5 +1,5 @@
 """The scorer of a model behind an OpenAI-compatible endpoint (vLLM, SGLang, TGI, ``transformers serve``, hosted
-APIs): connecting lists the endpoint's models, chooses one and takes the first of ``PROTOCOLS`` that applies to it;
+APIs): connecting lists the endpoint's models, chooses one and takes the first of ``protocols()`` that applies to it;
 each row is then asked through that protocol, up to ``concurrency`` requests in flight.
 
 An endpoint that cannot be reached when the scorer connects raises ``EndpointUnreachable`` (``stops_run``) within
@@ -14,6 +14,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Protocol, Sequence
 
+from laya_robustness.registry import Registry
 from laya_robustness.rows import Row
 from laya_robustness.scoring.base import Answer, ModelLoadError
 from laya_robustness.scoring.served.context import ServedContext
@@ -48,10 +49,23 @@ class ServedProtocol(Protocol):
         """The generated text of one row, as a record keeps it."""
 
 
-#: The protocols a served model may be spoken to in, the most particular first: connecting takes the first whose
-#: ``connect`` finds it applies: the exact option log-likelihoods of a server that scores prompts (vLLM), else OpenAI
-#: chat, which applies to every OpenAI-compatible endpoint.
+#: The built-in protocols a served model may be spoken to in, the most particular first: connecting takes the first
+#: whose ``connect`` finds it applies: the exact option log-likelihoods of a server that scores prompts (vLLM), else
+#: OpenAI chat, which applies to every OpenAI-compatible endpoint.
 PROTOCOLS: tuple[type[ServedProtocol], ...] = (PromptLogprobs, OpenAIChat)
+#: The entry points of installed packages that add a protocol (a ``ServedProtocol`` class) by name.
+ENTRY_POINT_GROUP = "laya_robustness.protocols"
+#: Protocol name -> its class (``registry.Registry``): the built-in ones, then those of the entry points.
+SERVED_PROTOCOLS: Registry[type[ServedProtocol]] = Registry("served protocol")
+SERVED_PROTOCOLS.add("prompt_logprobs", PromptLogprobs)
+SERVED_PROTOCOLS.add("openai_chat", OpenAIChat)
+
+
+def protocols() -> tuple[type[ServedProtocol], ...]:
+    """The protocols connecting tries, in order: those of the ``laya_robustness.protocols`` entry points (by name;
+    one that does not load is left out with a ``registry.BrokenEntryWarning`` naming it), then ``PROTOCOLS``."""
+    SERVED_PROTOCOLS.load_entry_points(ENTRY_POINT_GROUP)
+    return tuple(p for _, p in SERVED_PROTOCOLS.entries() if p not in PROTOCOLS) + PROTOCOLS
 
 
 class ServedScorer:
@@ -119,8 +133,8 @@ class ServedScorer:
         return model
 
     def _protocol(self, model: str, entry: Mapping[str, Any], server: str) -> ServedProtocol:
-        """The first of ``PROTOCOLS`` that applies to ``model``, connected."""
-        for speaks in PROTOCOLS:
+        """The first of ``protocols()`` that applies to ``model``, connected."""
+        for speaks in protocols():
             protocol = speaks.connect(self.transport, model, entry, server, self.max_tokens)
             if protocol is not None:
                 return protocol
