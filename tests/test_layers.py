@@ -83,7 +83,7 @@ def test_no_sibling_packages_import_each_other_back(graph):
 
 def test_function_level_imports_are_in_the_graph(graph):
     """A function-level import (the plugin loads its malloc setting inside pytest_configure) is an edge too."""
-    assert graph.direct_import_exists(importer="laya_robustness.pytest_plugin",
+    assert graph.direct_import_exists(importer="laya_robustness.pytest_plugin.gate",
                                       imported="laya_robustness.scoring.malloc")
 
 

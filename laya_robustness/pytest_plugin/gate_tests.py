@@ -1,7 +1,7 @@
 """The gate's family tests, made from the registry: one test function per declared family (built-in, or declared by
 a ``laya_robustness.families`` entry point of an installed package), named ``test_<family>`` and marked with the
 family's marker (and ``slow`` where the family says so), so ``-k negation``, ``-m gpu`` and ``--lf`` work on
-``test_<family>[<dataset>-<device>]`` as on any written test."""
+``test_<family>[<dataset>-<device>]`` as on any written test; and the markers they use."""
 
 from __future__ import annotations
 
@@ -13,6 +13,23 @@ from laya_robustness.families import Family, declared
 
 #: The attribute of a family test's function that names its family (what ``selection.planned_cells`` reads).
 FAMILY_ATTRIBUTE = "gate_family"
+#: The markers of the gate's tests besides one per family.
+MARKERS = {
+    "gpu": "needs a CUDA device; skips with a reason where there is none",
+    "invariance": "a repeat / batch invariance condition",
+    "slow": "takes minutes rather than seconds",
+    "orig": "the unperturbed rows",
+    "baseline": "a comparison with the predictions of an earlier run (--baseline)",
+}
+
+
+def markers() -> dict[str, str]:
+    """Every marker of the gate's tests with what it means: ``MARKERS``, then one per declared family."""
+    out = dict(MARKERS)
+    for family in declared():
+        if family.name not in MARKERS:
+            out[family.name] = f"the {family.name} family ({family.summary})"
+    return out
 
 
 def _family_test(family: Family) -> Callable:

@@ -1,6 +1,6 @@
-"""The gate's per-process state in pytest, kept in ``config.stash``: the run (``laya_robustness.run.gate_run.GateRun``)
-the options describe, and what only pytest needs (a usage error kept until collection ends, an xdist worker's
-start error, the snapshots compared on the controller).
+"""The gate's per-process state in pytest, held by its plugin object (``gate.GatePlugin``): the run
+(``laya_robustness.run.gate_run.GateRun``) the options describe, and what only pytest needs (a usage error kept until
+collection ends, an xdist worker's start error, the snapshots compared on the controller).
 
 ``RobustnessSession`` is what the gate's tests receive as the ``robustness`` fixture: it asks the run to judge a
 cell, a condition or a regression and turns the answer into the test's outcome (fail, xfail with the known
@@ -38,14 +38,12 @@ def _skipping(check):
 class RobustnessSession:
     """One pytest process's part of a gate run (see the module doc)."""
 
-    def __init__(self, config: pytest.Config):
+    def __init__(self, config: pytest.Config, run: RunIdentity | None = None, worker: str | None = None):
+        """``run``: an xdist worker's controller's run (else this process's); ``worker``: its xdist id."""
         self.config = config
         self.settings = read_settings(config)
-        worker = getattr(config, "workerinput", {})
-        shared = worker.get(RUN_KEY)  # an xdist worker: its controller's run
-        self.run = GateRun(self.settings, root=config.rootpath,
-                           run=RunIdentity.parse(shared) if shared else RunIdentity.this_process(),
-                           worker=worker.get("workerid"),
+        self.run = GateRun(self.settings, root=config.rootpath, worker=worker,
+                           run=run if run is not None else RunIdentity.this_process(),
                            progress=lambda device, label, total: scoring_progress(config, device, label, total))
         self.usage_error: pytest.UsageError | None = None
         self.start_error: tuple[int, str] | None = None  # (exit status, why) when the run stopped before any work

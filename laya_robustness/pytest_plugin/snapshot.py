@@ -34,11 +34,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from syrupy.data import SnapshotCollections
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from laya_robustness.pytest_plugin.options import default_of
 from laya_robustness.report.review import half_widths
+from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.files import file_safe
 from laya_robustness.run.inputs.fingerprints import data_fingerprint, families_label, model_fingerprint
 from laya_robustness.run.scoring.models import identity_key
@@ -288,3 +290,52 @@ def accept_command(config) -> str:
         kept.append(word)
     serial = ["-n", "0"] if config.pluginmanager.hasplugin("xdist") else []
     return shlex.join(["pytest", *kept, "--snapshot-update", *serial])
+
+
+# -- the snapshot in the run's pytest session -------------------------------------------------------------------
+
+
+def leave_syrupy_out(session, state, stopped: bool) -> None:
+    """Leave syrupy out of the run's end where it would count the committed summary snapshot as unused and advise
+    deleting it (deleting it under ``--snapshot-update``): a run that stopped before the snapshot's test ran, and
+    an xdist run whose every snapshot test was compared here, on the controller (syrupy there sees the workers'
+    skips, not the comparison). The terminal summary says what became of the snapshot (``state``: the run's
+    session)."""
+    deferred = {snapshot["nodeid"] for snapshot in state.deferred_snapshots}
+    unrun = stopped and not state.snapshot_ran and not deferred
+    compared_here = bool(deferred) and state.snapshot_tests <= deferred
+    if not state.snapshot_tests or not (unrun or compared_here):
+        return
+    syrupy = session.config.pluginmanager.get_plugin("syrupy")
+    if syrupy is not None:
+        session.config.pluginmanager.unregister(syrupy)
+    if unrun:
+        state.snapshot_note = "the summary snapshot was not compared (the run stopped before its test)"
+
+
+def compare_on_controller(session, state) -> None:
+    """xdist: the workers' snapshots against the merged records (before the reports, which then hold any
+    cell the controller had to score); a difference fails the run."""
+    try:
+        state.snapshot_outcomes = compare_deferred(state)
+    except (HarnessError, OSError, ValueError) as exc:
+        state.run.note_harness_error(f"comparing the summary snapshot on the controller: {type(exc).__name__}: "
+                                     f"{exc}")
+        return
+    for outcome in state.snapshot_outcomes:
+        if not outcome.matches and outcome.nodeid:
+            _counted_as_failed(session.config, outcome.nodeid, f"summary snapshot ({outcome.device}) differs from "
+                                                               f"{outcome.name}: see the terminal summary")
+    if any(not o.matches for o in state.snapshot_outcomes) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _counted_as_failed(config, nodeid: str, why: str) -> None:
+    """The worker's snapshot test, skipped there to be compared here, counted as the failure it is (in the
+    terminal's counts and its short summary), not as a skip."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    reporter.stats["skipped"] = [r for r in reporter.stats.get("skipped", []) if getattr(r, "nodeid", None) != nodeid]
+    failed = pytest.TestReport(nodeid, (nodeid.split("::", 1)[0], None, nodeid), {}, "failed", why, "call")
+    reporter.stats.setdefault("failed", []).append(failed)
