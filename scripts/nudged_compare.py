@@ -1,6 +1,8 @@
 """How ``compare`` judges small real changes: the embedded checkpoint against itself with every weight nudged by
 Gaussian noise of ``--scale`` x its tensor's standard deviation (one checkpoint per ``--seeds``), each gated on the
-embedded default and compared with the unchanged checkpoint's run (``python -m laya_robustness compare``).
+embedded default and compared with the run of an unchanged copy (``python -m laya_robustness compare``). The copy,
+not the embedded path, is the base: the embedded model at its own path is also probed through the embedded dual
+encoder on the caption rows, a copy elsewhere is not, and compare refuses two runs of different rows.
 
     python scripts/nudged_compare.py --out /tmp/nudge --seeds 3 --scale 0.01
 
@@ -54,7 +56,10 @@ def main() -> int:
     args.add_argument("--scale", type=float, default=0.01)
     a = args.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    gated(EMBEDDED, a.out / "base")
+    unchanged = a.out / "unchanged"  # the embedded weights at another path, gated as the nudged copies are
+    if not unchanged.exists():
+        shutil.copytree(EMBEDDED, unchanged)
+    gated(unchanged, a.out / "base")
     for seed in range(a.seeds):
         gated(nudged(a.out, seed, a.scale), a.out / f"run{seed}")
         done = subprocess.run([sys.executable, "-m", "laya_robustness", "compare", str(a.out / "base"),
