@@ -130,3 +130,20 @@ def test_compare_the_baseline_checks_trend_and_the_callbacks_stop_rule_call_the_
     assert by_baseline == by_compare == by_trend == stops_on
     assert ("text", "max_regression") in by_baseline and ("option_order", "max_regression") not in by_baseline
     assert decide("regression", failed, set())
+
+
+def test_many_discordant_rows_are_judged_without_overflow():
+    """A pair whose answers changed on thousands of rows (a new checkpoint on a large set): the worse-side p is the
+    binomial tail to 1e-9 of the exact one, where the float terms of math.comb overflowed past ~1,030 rows."""
+    from fractions import Fraction
+    from math import comb
+
+    from laya_robustness.metrics.regression import binomial_tail, judge_change
+
+    for worse, better in ((560, 441), (1400, 1200), (3000, 2900)):
+        n = worse + better
+        exact = float(Fraction(sum(comb(n, i) for i in range(worse, n + 1)), 2 ** n))
+        assert abs(binomial_tail(worse, n, 0.5) - exact) <= 1e-9 * max(exact, 1e-300)
+        call = judge_change("acc", diff=-(worse - better) / 20000, se=0.002, worse=worse, better=better,
+                            n_rows=20000, tolerance=0.0, level=0.05 / 160)
+        assert call.p_worse == binomial_tail(worse, n, 0.5)

@@ -59,13 +59,31 @@ class ChangeCall:
     regression: bool
 
 
+#: The largest n whose binomial terms are summed as they are (``math.comb(n, i)`` fits a float); above, in logs.
+EXACT_TERMS_MAX_N = 1000
+
+
 def binomial_tail(k: int, n: int, pi: float) -> float:
-    """``P(X >= k)`` for ``X ~ Binomial(n, pi)``.
+    """``P(X >= k)`` for ``X ~ Binomial(n, pi)``: the terms summed as they are up to ``EXACT_TERMS_MAX_N`` trials,
+    above in logs (``lgamma``), scaled by the largest, so no term overflows a float whatever n.
 
     >>> binomial_tail(2, 2, 0.5)
     0.25
+    >>> round(binomial_tail(1300, 2600, 0.5), 4)
+    0.5078
     """
-    return sum(math.comb(n, i) * pi ** i * (1 - pi) ** (n - i) for i in range(max(k, 0), n + 1))
+    k = max(k, 0)
+    if k > n:
+        return 0.0
+    if n <= EXACT_TERMS_MAX_N:
+        return sum(math.comb(n, i) * pi ** i * (1 - pi) ** (n - i) for i in range(k, n + 1))
+    if pi <= 0 or pi >= 1:
+        return 1.0 if pi >= 1 or k == 0 else 0.0
+    log_pi, log_q, log_n = math.log(pi), math.log1p(-pi), math.lgamma(n + 1)
+    logs = [log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_pi + (n - i) * log_q
+            for i in range(k, n + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(x - top) for x in logs))
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
