@@ -206,3 +206,22 @@ def test_two_runs_of_one_lora_training_compare_and_runs_of_other_adapters_do_not
     assert configuration_differences(meta(4, "step-2"), meta(8, "step-4")) == [
         "the model's adapters differs ({'default': {'kind': 'LORA', 'base_model': 'base', 'r': 4}} in OLD, "
         "{'default': {'kind': 'LORA', 'base_model': 'base', 'r': 8}} in NEW)"]
+
+
+def test_a_known_limitation_that_fails_is_no_regression_a_check_that_fails_is(reports):
+    """The gate counts a known limitation's failure as expected (xfail): compare does too. The same run's checks
+    edited so one check goes undecided -> fail: known, no regression (exit 0); not known, a regression (exit 1)."""
+    import dataclasses
+
+    from laya_robustness.report.review import verdict
+
+    old, again = read_report(reports / "old"), read_report(reports / "again")
+    first = dict(old.results[0])
+    for known, status in ((True, 0), (False, 1)):
+        before = [dict(first, decision="undecided", known=known)] + [dict(r) for r in old.results[1:]]
+        after = [dict(first, decision="fail", known=known)] + [dict(r) for r in again.results[1:]]
+        comparison = compare(dataclasses.replace(old, results=before), dataclasses.replace(again, results=after))
+        assert comparison.status == status, comparison.verdict()
+        assert (comparison.now_failing != []) is (not known)
+        assert comparison.verdicts[0][2] == ("expected" if known else "fail")
+    assert verdict({"decision": "pass", "known": True}) == "xpass"

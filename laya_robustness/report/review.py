@@ -154,10 +154,23 @@ def differences(old: dict, new: dict) -> list[str]:
         for name, meta in (("OLD", old), ("NEW", new)) if meta.get("complete", True) is not True]
 
 
+def verdict(result: dict) -> str | None:
+    """A check's verdict as the gate counts it: a known limitation's failure is "expected" (xfail: it does not make
+    the run fail) and its pass "xpass"; any other check's its decision.
+
+    >>> verdict({"decision": "fail", "known": True}), verdict({"decision": "fail", "known": False})
+    ('expected', 'fail')
+    """
+    decision = result.get("decision")
+    if result.get("known") and decision in (FAIL, "pass"):
+        return "expected" if decision == FAIL else "xpass"
+    return decision
+
+
 def verdict_changes(old: list, new: list) -> list[tuple[str, str, str]]:
-    """The checks both runs judged whose verdict changed: (family/dataset check, old, new)."""
+    """The checks both runs judged whose verdict (``verdict``) changed: (family/dataset check, old, new)."""
     def keyed(results):
-        return {(r.get("device"), r["family"], r["dataset"], r["check"]): r.get("decision") for r in results}
+        return {(r.get("device"), r["family"], r["dataset"], r["check"]): verdict(r) for r in results}
 
     before, after = keyed(old), keyed(new)
     return [(f"{k[1]}/{k[2]} {k[3]}", before[k], after[k]) for k in sorted(set(before) & set(after))
