@@ -21,7 +21,8 @@ The regression checks' own false alarms: each seed's predictions are also compar
 seed's, as ``--baseline`` would compare them (the same model on the other seed's variants of the same
 rows: every difference is chance), and a comparison is red when a regression check fails. ``compare``'s own false
 alarms on the same pairs: ``report.review.compare`` of the two report folders, made comparable by giving the earlier
-run the later run's seed (the one difference between them), red when its exit status is 1 (a regression beyond
+run the later run's seed (and data fingerprint: under ``--rows-per-set`` each seed samples other rows, and the pair
+is judged on the rows both scored), red when its exit status is 1 (a regression beyond
 noise, or a check that passed and now fails). With ``--plant``, compare's power: ``compare`` of each seed's run
 against its planted run, red when it calls the planted family's regression.
 """
@@ -108,15 +109,17 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
 
 def compare_call(old_dir: Path, new_dir: Path, family: str | None = None) -> dict:
     """``compare``'s judgement of two report folders of the same model and rows (``report.review.compare``), the
-    earlier given the later's seed, and a planted run's scorer taken for new weights (``scoring.planted``'s mark left
-    out of its model identity), as the only differences between them; ``red`` its exit status 1, ``called``
+    earlier given the later's seed and data fingerprint (under ``--rows-per-set`` a seed samples other rows: the pair
+    is judged on the rows both scored, as ``--baseline`` pairs them), and a planted run's scorer taken for new weights
+    (``scoring.planted``'s mark left out of its model identity), as the only differences between them; ``red`` its exit status 1, ``called``
     whether it named a regression of ``family`` (a failed regression check of it, or one of its checks now failing)."""
     from dataclasses import replace
 
     from laya_robustness.report.review import compare, read_report
 
     old, new = read_report(old_dir), read_report(new_dir)
-    summary = {**old.summary, "meta": {**old.summary["meta"], "seed": new.summary["meta"].get("seed")}}
+    same = {key: new.summary["meta"].get(key) for key in ("seed", "data_fingerprint")}
+    summary = {**old.summary, "meta": {**old.summary["meta"], **same}}
     model = {k: v for k, v in (new.summary["meta"].get("model") or {}).items() if k != "planted"}
     new_summary = {**new.summary, "meta": {**new.summary["meta"], "model": model}}  # the plant stands for new weights
     comparison = compare(replace(old, summary=summary), replace(new, summary=new_summary))
