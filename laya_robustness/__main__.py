@@ -71,7 +71,7 @@ def _trend(args) -> int:
 
 
 def _compare(args) -> int:
-    from laya_robustness.report.review import compare, markdown, read_report, text_lines
+    from laya_robustness.report.compare import compare, markdown, read_report, text_lines
 
     comparison = compare(read_report(args.old), read_report(args.new))
     if args.out is not None:
@@ -121,7 +121,7 @@ def _stability(args) -> int:
 
 
 def _variants(args) -> int:
-    from laya_robustness.analysis.variants.command import run_variants
+    from laya_robustness.analysis.rewriting.command import run_variants
 
     return run_variants(args.task, model=args.model, data=args.data, out=args.out, n=args.n, languages=args.languages,
                         batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, device=args.device,
@@ -129,7 +129,7 @@ def _variants(args) -> int:
 
 
 def _variants_parser(sub) -> None:
-    from laya_robustness.analysis.variants.prompts import DEFAULT_LANGUAGES
+    from laya_robustness.analysis.rewriting.prompts import DEFAULT_LANGUAGES
 
     v = sub.add_parser("variants", help="write rephrasings or translations of the questions with a language model "
                        "(the files --rephrasings and --translations read)")
@@ -154,7 +154,7 @@ def _variants_parser(sub) -> None:
 
 
 def _fixture_rows(args) -> int:
-    from laya_robustness.fixtures.rows import ROWS_PER_SET, VALIDATION_SEED, write_fixture_rows
+    from laya_robustness.recipes.fixture_rows import ROWS_PER_SET, VALIDATION_SEED, write_fixture_rows
 
     n_rows = args.rows_per_set if args.rows_per_set is not None else ROWS_PER_SET
     seed = args.seed if args.seed is not None else VALIDATION_SEED
@@ -166,7 +166,7 @@ def _fixture_rows(args) -> int:
 
 
 def _fixture_train(args) -> int:
-    from laya_robustness.fixtures.train_smolvlm import STEPS, TRAIN_SEED, train
+    from laya_robustness.recipes.train_smolvlm import STEPS, TRAIN_SEED, train
 
     seed = args.seed if args.seed is not None else TRAIN_SEED
     with staged_folder(args.out) as stage:
@@ -176,7 +176,7 @@ def _fixture_train(args) -> int:
 
 
 def _fixture_captions(args) -> int:
-    from laya_robustness.fixtures.captions import N_IMAGES, VALIDATION_SEED, write_fixture_captions
+    from laya_robustness.recipes.fixture_captions import N_IMAGES, VALIDATION_SEED, write_fixture_captions
 
     n_images = args.images if args.images is not None else N_IMAGES
     seed = args.seed if args.seed is not None else VALIDATION_SEED
@@ -187,7 +187,7 @@ def _fixture_captions(args) -> int:
 
 
 def _fixture_clip(args) -> int:
-    from laya_robustness.fixtures.train_clip import EMBEDDED, STEPS, TRAIN_SEED, train
+    from laya_robustness.recipes.train_clip import EMBEDDED, STEPS, TRAIN_SEED, train
 
     with staged_folder(args.out) as stage:
         record = train(stage, steps=args.steps if args.steps is not None else STEPS,
@@ -198,7 +198,7 @@ def _fixture_clip(args) -> int:
 
 
 def _fixture_gguf(args) -> int:
-    from laya_robustness.fixtures.gguf import FILES, sha256, write_gguf
+    from laya_robustness.recipes.gguf import FILES, sha256, write_gguf
 
     for name in FILES:  # renamed over by the converter's output: a link or device there is refused (exit 4)
         refuse_other(args.out / name)

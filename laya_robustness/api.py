@@ -33,10 +33,10 @@ from laya_robustness.run.gate_run import CellCheck, GateRun, Skipped, decided_no
 from laya_robustness.run.inputs.options import OPTIONS, InMemoryModel, by_field, default_of, parse_settings
 from laya_robustness.run.judged import JudgedTally
 from laya_robustness.run.outcome import Ending, RunOutcome
-from laya_robustness.run.reports.lock import RunIdentity, claim_or_say_why, release
+from laya_robustness.run.outputs.lock import RunIdentity, claim_or_say_why, release
 from laya_robustness.run.scope import Scope
-from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITIONS
-from laya_robustness.run.scoring.journal import JOURNAL_DIR
+from laya_robustness.run.pipeline.invariance import CONDITION_NAMES, DUAL_CONDITIONS
+from laya_robustness.run.pipeline.journal import JOURNAL_DIR
 from laya_robustness.scoring.in_memory import device_mismatch, processor_mismatch, unwrapped
 from laya_robustness.scoring.sharded import whole_weights
 

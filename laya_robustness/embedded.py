@@ -1,5 +1,5 @@
 """Where the embedded default lives, relative to the project root: its rows, checkpoints, captions and known
-limitations (``laya_fixtures/``; how they are made is ``laya_robustness.fixtures``); and whether a run's setting is
+limitations (``laya_fixtures/``; how they are made is ``laya_robustness.recipes``); and whether a run's setting is
 the embedded default's (``is_embedded``)."""
 
 from __future__ import annotations

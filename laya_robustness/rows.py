@@ -32,7 +32,7 @@ RECORD_FIELDS = ("row_id", "dataset", "group_id", "cluster", "images", "question
                  "primitive", "answers", "context", "category", "meta")
 #: The label of an open row: it has no option index.
 OPEN_LABEL = -1
-#: The row meta keys the user's variant files fill (``loaders.variants`` reads the files; the families read the keys).
+#: The row meta keys the user's variant files fill (``loaders.variant_files`` reads the files; the families read the keys).
 REPHRASINGS, TRANSLATIONS, PARAPHRASES = "rephrasings", "translations", "paraphrases"
 #: The row meta key that says whether a row's question is rotation-variant (the rotation families read it).
 ROTATION_VARIANT = "rotation_variant"
@@ -170,7 +170,7 @@ class PendingImage:
 
     def __reduce__(self):
         """Pickled (sent to a Ray actor) as it is where its source can travel (a ``portable`` source makes its
-        pixels again where it lands: ``run.scoring.images``), else as its pixels."""
+        pixels again where it lands: ``run.pipeline.image_store``), else as its pixels."""
         if getattr(self.source, "portable", False):
             return PendingImage, (self.digest, self.mode, self.size, self.source)
         return _as_is, (self.load(),)

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from laya_robustness.families import FLAT, build_variants, families_in
-from laya_robustness.run.scoring.images import rows_with_pixels
+from laya_robustness.run.pipeline.image_store import rows_with_pixels
 from laya_robustness.scoring import layout
 from laya_robustness.scoring.base import answers_in_text
 
@@ -148,7 +148,7 @@ def test_served_throughput(benchmark, robustness, device):
 def test_smolvlm_256m_shaped_throughput(benchmark, robustness, device, path, tmp_path_factory):
     """The SmolVLM-256M-shaped model (random weights, built from config) with its image splitting: photos of 17
     tiles with their text-side variants, with and without prefix sharing."""
-    from laya_robustness.fixtures.bench import TEXT_FAMILIES, build_256m_shaped, workload
+    from laya_robustness.recipes.bench import TEXT_FAMILIES, build_256m_shaped, workload
     from laya_robustness.scoring import load_scorer
 
     root = tmp_path_factory.getbasetemp() / "smolvlm-256m-shaped-split"

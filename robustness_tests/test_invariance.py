@@ -2,7 +2,7 @@
 
 import pytest
 
-from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITIONS
+from laya_robustness.run.pipeline.invariance import CONDITION_NAMES, DUAL_CONDITIONS
 
 pytestmark = pytest.mark.invariance
 

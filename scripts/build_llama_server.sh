@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own server (llama-server) from the llama.cpp that llama-cpp-python's source distribution
 # vendors, CPU only, and installs it into the active virtualenv's bin/. The same unpacked source holds the
-# converter `python -m laya_robustness fixtures gguf` runs (laya_robustness/fixtures/gguf.py), so the GGUF files
+# converter `python -m laya_robustness fixtures gguf` runs (laya_robustness/recipes/gguf.py), so the GGUF files
 # and the server that reads them are one llama.cpp.
 #
 # Lean: only the llama-server target, Release, static, no tests, examples, web UI, OpenSSL or downloads, and
@@ -13,7 +13,7 @@
 # compiling), 0.5 s when it is built.
 set -euo pipefail
 
-VERSION=0.3.36  # laya_robustness.fixtures.gguf.LLAMA_CPP_PYTHON
+VERSION=0.3.36  # laya_robustness.recipes.gguf.LLAMA_CPP_PYTHON
 JOBS=${JOBS:-2}
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/laya-robustness"
 SOURCE="$CACHE/llama-cpp-python-$VERSION"

@@ -25,7 +25,7 @@ def one_seed(seed: int, evaluations: int, rows_per_set: int, folder: Path) -> tu
     """(the failed checks of each evaluation, whether every evaluation's predictions are the first's)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainingArguments
 
-    from laya_robustness.fixtures.trainer_data import AnswerDataset
+    from laya_robustness.recipes.trainer_data import AnswerDataset
     from laya_robustness.stopping import failed_key
     from laya_robustness.training import RobustnessCallback
 

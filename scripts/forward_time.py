@@ -63,7 +63,7 @@ def pytest_configure(config):
     transformers = importlib.import_module("transformers")
     for lazy in ("AutoModelForImageTextToText", "AutoProcessor"):
         getattr(transformers, lazy)
-    from laya_robustness.scoring.adapters.base import Adapter
+    from laya_robustness.scoring.adapters.default import Adapter
     from laya_robustness.scoring.dual import DualEncoderScorer
     from laya_robustness.scoring.hf import HFVLMScorer
     from laya_robustness.scoring.hf_forward import Forward

@@ -61,27 +61,27 @@ max_abs_dlogit = 1e-4
 max_flips = 0
 TOML
 
-step build-256m 0 "$PY" -m laya_robustness.fixtures.bench build "$MODEL" --image-size "$SIZE"
+step build-256m 0 "$PY" -m laya_robustness.recipes.bench build "$MODEL" --image-size "$SIZE"
 for path in batch per_option predict_cached predict_uncached; do
-  step "bench-256m-$path" 0 "$PY" -m laya_robustness.fixtures.bench run "$MODEL" --device "$DEVICE" --path "$path" \
+  step "bench-256m-$path" 0 "$PY" -m laya_robustness.recipes.bench run "$MODEL" --device "$DEVICE" --path "$path" \
     --rows "$ROWS" --image-size "$SIZE" --out "$OUT/bench-256m-$path.json"
 done
 step profile-256m 0 "$PY" scripts/profile_scorer.py "$MODEL" --device "$DEVICE" --rows "$ROWS" --image-size "$SIZE" \
   --out "$OUT/profile-256m"
 # Photos as SmolVLM-256M cuts them: images scaled to 4 x SIZE, 17 tiles each; preprocessing is the host's main cost.
 # Each photo with its text-side variants shares its 1,088-token image prefix: scored with and without sharing.
-step build-256m-tiled 0 "$PY" -m laya_robustness.fixtures.bench build "$MODEL-tiled" --image-size "$SIZE" --split
+step build-256m-tiled 0 "$PY" -m laya_robustness.recipes.bench build "$MODEL-tiled" --image-size "$SIZE" --split
 for path in batch predict_cached; do
   for mb in 1024 0; do
     name="bench-256m-tiled-$path$([ $mb = 0 ] && echo -unshared)"
-    step "$name" 0 "$PY" -m laya_robustness.fixtures.bench run "$MODEL-tiled" --device "$DEVICE" --path "$path" \
+    step "$name" 0 "$PY" -m laya_robustness.recipes.bench run "$MODEL-tiled" --device "$DEVICE" --path "$path" \
       --rows "$ROWS" --image-size $((2 * SIZE)) --families option_order,text,rephrase --prefix-cache-mb $mb \
       --out "$OUT/$name.json"
   done
 done
 step prefix-sharing 0 env OUT="$OUT/prefix-sharing" MODEL="$MODEL-tiled" DEVICE="$DEVICE" TILE="$SIZE" \
   PHOTOS="$ROWS" PYTHON="$PY" bash scripts/prefix_sharing.sh
-# The device kept busy while the next chunks' variants are made (run.scoring.prefetch): the gate on 800 x 600 photo
+# The device kept busy while the next chunks' variants are made (run.pipeline.prefetch): the gate on 800 x 600 photo
 # rows through rotation, scale_pad and overlay on the 256M-shaped model, chunks made when asked for against made
 # ahead, in turns: wall against max(device time, build time) and the device's idle time per chunk.
 step prefetch-256m 0 "$PY" scripts/prefetch_overlap.py --sections local --model "$MODEL" --device "$DEVICE" \

@@ -1,4 +1,4 @@
-"""The device kept busy while the next chunks are made (``run.scoring.prefetch``): whole gate runs with chunks made
+"""The device kept busy while the next chunks are made (``run.pipeline.prefetch``): whole gate runs with chunks made
 when asked for (before: ``LAYA_PREFETCH_CHUNKS=0``) and made ahead (after: the default), taken in turns.
 
 Three measurements over photo rows of ``--size`` through the pixel families ``--families``, each a before / after
@@ -56,7 +56,7 @@ def instrument() -> dict:
 
     from laya_robustness.run import planned
     from laya_robustness.run.executors import local_stream
-    from laya_robustness.run.scoring import chunks
+    from laya_robustness.run.pipeline import chunks
 
     spent = {"records": [], "family_variants": 0.0, "pixels": 0.0}
     for module, name, key in ((planned, "family_variants", "family_variants"), (chunks, "rows_with_pixels", "pixels"),
@@ -187,7 +187,7 @@ def ray(args, data: Path, temp: Path) -> dict:
 
 def memory(args, temp: Path) -> dict:
     """Peak RSS before and after at each row count (no device time): the last count's against the first's."""
-    from laya_robustness.fixtures.bench import write_photo_rows
+    from laya_robustness.recipes.bench import write_photo_rows
 
     counts = [int(n) for n in args.memory_rows.split(",")]
     out: dict = {"families": MEMORY_FAMILIES, "size": "x".join(map(str, MEMORY_SIZE))}
@@ -225,7 +225,7 @@ def main() -> None:
                  "rows": args.rows, "size": args.size, "families": args.families, "repeat": args.repeat,
                  "model": args.model or "tests/fakes.py:PixelScorer", "device": args.device}
     with tempfile.TemporaryDirectory(prefix="prefetch-") as temp:
-        from laya_robustness.fixtures.bench import write_photo_rows
+        from laya_robustness.recipes.bench import write_photo_rows
 
         data = write_photo_rows(Path(temp) / "rows", args.rows, size=tuple(map(int, args.size.split("x")))).parent
         for name, measure in (("local", lambda: local(args, data, Path(temp))),

@@ -11,7 +11,7 @@
 # over the same rows, its time split by scripts/forward_time.py) and prefix-sharing.json: the fall of the
 # language-model tokens (unshared / shared) and the shared gate's time beyond model loading and vision encoding
 # over the unshared gate's language-model time (its model forwards but the vision encoder). MODEL reuses a
-# checkpoint built by `python -m laya_robustness.fixtures.bench build DIR --split --image-size $TILE`.
+# checkpoint built by `python -m laya_robustness.recipes.bench build DIR --split --image-size $TILE`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder the results go to}"
@@ -27,14 +27,14 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 if [ -z "${MODEL:-}" ]; then
   MODEL="$WORK/smolvlm-256m-shaped-split"
-  "$PY" -m laya_robustness.fixtures.bench build "$MODEL" --split --image-size "$TILE" > /dev/null || exit 3
+  "$PY" -m laya_robustness.recipes.bench build "$MODEL" --split --image-size "$TILE" > /dev/null || exit 3
 fi
-"$PY" -m laya_robustness.fixtures.bench rows "$WORK/photos" --rows "$PHOTOS" --image-size "$PHOTO" > /dev/null || exit 3
+"$PY" -m laya_robustness.recipes.bench rows "$WORK/photos" --rows "$PHOTOS" --image-size "$PHOTO" > /dev/null || exit 3
 if [ "$DEVICE" = cpu ]; then MARK="not gpu"; else MARK=gpu; fi
 STATUS=0
 for mode in shared unshared; do
   mb=1024; [ $mode = unshared ] && mb=0
-  "$PY" -m laya_robustness.fixtures.bench run "$MODEL" --device "$DEVICE" --path batch --rows "$PHOTOS" \
+  "$PY" -m laya_robustness.recipes.bench run "$MODEL" --device "$DEVICE" --path batch --rows "$PHOTOS" \
     --image-size "$PHOTO" --families "$FAMILIES" --prefix-cache-mb $mb --out "$OUT/bench-$mode.json" > /dev/null \
     || STATUS=3
   # random weights fail the family limits (exit 1); 3 or more is a broken harness

@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from laya_robustness.scoring import load_scorer
-    from laya_robustness.fixtures.bench import peak_memory_bytes, workload
+    from laya_robustness.recipes.bench import peak_memory_bytes, workload
 
     rows = workload(args.rows, args.image_size)
     scorer = load_scorer("hf", args.model, device=args.device)

@@ -48,7 +48,7 @@ USS_EVERY = 5
 
 def project(folder: Path, code: Path, rows: int, size: tuple[int, int]) -> Path:
     """A gate project in ``folder``: ``code``'s robustness tests, ``rows`` photo rows, limits that set none."""
-    from laya_robustness.fixtures.bench import write_photo_rows
+    from laya_robustness.recipes.bench import write_photo_rows
 
     shutil.copytree(code / "robustness_tests", folder / "robustness_tests",
                     ignore=shutil.ignore_patterns("__snapshots__", "__pycache__"))

@@ -1,7 +1,7 @@
 """Peak resident memory of the gate as the rows grow: photo rows through image, shift and pad_crop.
 
 For each row count, writes that many 640 x 480 JPEG photo rows with a seeded generator into a temp dir
-(``laya_robustness.fixtures.bench.write_photo_rows``), runs the family tests of the gate on them in a
+(``laya_robustness.recipes.bench.write_photo_rows``), runs the family tests of the gate on them in a
 process of its own on the embedded default model, and reads that process's peak RSS from ``os.wait4``.
 Prints one JSON line per count and the ratio of the last to the first.
 
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from laya_robustness.fixtures.bench import write_photo_rows
+from laya_robustness.recipes.bench import write_photo_rows
 
 FAMILIES = "image,shift,pad_crop"
 

@@ -77,7 +77,7 @@ def rows(rows_per_set: int) -> list:
     out = list(source)
     for family in FAMILIES[1:]:
         out += build_variants(family, source, seed=0)
-    from laya_robustness.run.scoring.images import rows_with_pixels
+    from laya_robustness.run.pipeline.image_store import rows_with_pixels
 
     return rows_with_pixels(out)
 
@@ -139,7 +139,7 @@ def plain(url: str, requests: list, concurrency: int) -> float:
 
 def random_checkpoint(seed: int, folder: Path) -> Path:
     """The embedded architecture with random weights (seed ``seed``), saved under ``folder``."""
-    from laya_robustness.fixtures.train_smolvlm import build_untrained, training_rows
+    from laya_robustness.recipes.train_smolvlm import build_untrained, training_rows
 
     processor, model = build_untrained(training_rows(50, seed), seed)
     out = folder / f"random-seed{seed}"

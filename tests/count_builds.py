@@ -5,10 +5,10 @@ import json
 import os
 from collections import Counter
 
-from laya_robustness.run.scoring import variants
+from laya_robustness.run.pipeline import variant_rows
 
 builds: Counter = Counter()
-_build_variants = variants.build_variants
+_build_variants = variant_rows.build_variants
 
 
 def counted(name, rows, seed):
@@ -16,7 +16,7 @@ def counted(name, rows, seed):
     return _build_variants(name, rows, seed)
 
 
-variants.build_variants = counted
+variant_rows.build_variants = counted
 
 
 def pytest_unconfigure(config):

@@ -195,7 +195,7 @@ def slow_scoring(per_row: float, calls_file: str = ""):
     each call written to ``calls_file`` when one is named."""
     import os
 
-    from laya_robustness.run.scoring.chunks import Scoring
+    from laya_robustness.run.pipeline.chunks import Scoring
 
     os.environ["LAYA_SLOW_PER_ROW"] = str(per_row)
     if calls_file:

@@ -15,11 +15,11 @@ import pytest
 
 from laya_robustness.families import build_variants
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
-from laya_robustness.run.scoring.invariance import ConditionNotSupported, InvarianceRun, hostile_rows
+from laya_robustness.run.pipeline.invariance import ConditionNotSupported, InvarianceRun, hostile_rows
 from laya_robustness.scoring import load_scorer
 from laya_robustness.rows import image_digest
 from laya_robustness.scoring.prompt import user_text
-from laya_robustness.fixtures.tiny_checkpoints import ARCHITECTURES, build_checkpoint
+from laya_robustness.recipes.tiny_checkpoints import ARCHITECTURES, build_checkpoint
 
 TOLERANCE = 1e-4  # fp32 |dlogit|, as the invariance limits
 

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from laya_robustness.families.lgip.grammar import caption_holds, noun_phrase, parse_mentions, parse_relation
-from laya_robustness.fixtures.captions import CAPTION_SET, generate_captions, write_captions
+from laya_robustness.recipes.fixture_captions import CAPTION_SET, generate_captions, write_captions
 from laya_robustness.loaders.captions import load_captions
 from laya_robustness.rows import RowError
 

@@ -11,7 +11,7 @@ import laya_robustness
 from laya_robustness.answers import is_correct, is_scored
 from laya_robustness.__main__ import main, parser
 from laya_robustness.metrics.baseline import mcnemar_p
-from laya_robustness.report.review import compare, markdown, read_report
+from laya_robustness.report.compare import compare, markdown, read_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"families": ["option_order", "image"], "rows_per_set": 8, "invariance": False, "limitations": "none",
@@ -195,7 +195,7 @@ def test_an_incomplete_checkpoint_is_marked_and_its_unjudged_cells_show_no_value
 
 
 def test_two_runs_of_one_lora_training_compare_and_runs_of_other_adapters_do_not():
-    from laya_robustness.report.review import configuration_differences
+    from laya_robustness.report.compare import configuration_differences
 
     def meta(r: int, adapter_weights: str) -> dict:
         return {"model": {"model": "base", "weights_sha256": {"tensors": adapter_weights + "t", "base": "b",
@@ -213,7 +213,7 @@ def test_a_known_limitation_that_fails_is_no_regression_a_check_that_fails_is(re
     edited so one check goes undecided -> fail: known, no regression (exit 0); not known, a regression (exit 1)."""
     import dataclasses
 
-    from laya_robustness.report.review import verdict
+    from laya_robustness.report.compare import verdict
 
     old, again = read_report(reports / "old"), read_report(reports / "again")
     first = dict(old.results[0])

@@ -122,8 +122,8 @@ def test_the_stall_bound_is_read_from_the_environment_and_checked(monkeypatch):
 def test_disagreement_names_weights_before_settings_before_rows(tmp_path):
     """``agreement`` of one rank against others: the same weights, configuration and rows agree; other weights are
     named before other settings, and those before other rows; a journal's records of these rows are shared."""
-    from laya_robustness.fixtures.rows import generate_rows
-    from laya_robustness.run.scoring.journal import Journal, row_key
+    from laya_robustness.recipes.fixture_rows import generate_rows
+    from laya_robustness.run.pipeline.journal import Journal, row_key
 
     rows, keys = generate_rows("colour_choice", 4, seed=0), [("text", "colour_choice", "cpu")]
     identity = {"model": "a", "weights_sha256": {"tensors": "0eaaf349490c1fb5"}}

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from laya_robustness.families import declared
-from laya_robustness.pytest_plugin.options import OPTIONS
+from laya_robustness.pytest_plugin.pytest_options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -19,13 +19,13 @@ from laya_robustness.embedded import EMBEDDED_LIMITATIONS
 from laya_robustness.families import get_family
 from laya_robustness.gate.catalogue import CATALOGUE
 from laya_robustness.gate.judgement import Judgement, evaluate_cell
-from laya_robustness.gate.limits import run_limits
-from laya_robustness.gate.thresholds import measured_on
+from laya_robustness.gate.run_limits import run_limits
+from laya_robustness.gate.limits_file import measured_on
 from laya_robustness.pytest_plugin.terminal import problem_lines
-from laya_robustness.report.cells import cell_verdicts
+from laya_robustness.report.cell_rows import cell_verdicts
 from laya_robustness.report.wrapping import unwrap
 from laya_robustness.run.scope import built_nothing_text
-from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
+from laya_robustness.run.pipeline.invariance import INVARIANCE_CONDITIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 STALE = "stale: run python scripts/docs_samples.py"

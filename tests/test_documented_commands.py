@@ -181,7 +181,7 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def causal_lm(tmp_path_factory) -> Path:
     """The tiny causal language model the ``variants`` commands write with (in place of a hub id)."""
-    from laya_robustness.fixtures.tiny_causal_lm import build_causal_lm
+    from laya_robustness.recipes.tiny_causal_lm import build_causal_lm
 
     return build_causal_lm(tmp_path_factory.mktemp("causal-lm"))
 
@@ -190,7 +190,7 @@ def causal_lm(tmp_path_factory) -> Path:
                          ids=lambda x: str(x)[:70])
 def test_a_documented_project_command_runs(page, command, project, causal_lm, monkeypatch, tmp_path):
     if " fixtures gguf" in command:
-        from laya_robustness.fixtures.gguf import default_source
+        from laya_robustness.recipes.gguf import default_source
 
         if not (default_source() / "convert_hf_to_gguf.py").is_file():
             pytest.skip(f"llama.cpp's converter is not unpacked at {default_source()}: "

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from laya_robustness.fixtures.captions import generate_captions
+from laya_robustness.recipes.fixture_captions import generate_captions
 from laya_robustness.loaders.captions import caption_row
 from laya_robustness.scoring.dual import DualEncoderScorer, dual_encoder_kind
 from laya_robustness.scoring.hf import ModelLoadError
@@ -29,7 +29,7 @@ def one_thread():
 
 
 def _tokenizer(max_length):
-    from laya_robustness.fixtures.tiny_clip import build_tokenizer, vocabulary_from
+    from laya_robustness.recipes.tiny_clip import build_tokenizer, vocabulary_from
 
     tokenizer = build_tokenizer(*vocabulary_from(EMBEDDED_CLIP))
     tokenizer.model_max_length = max_length

@@ -2,11 +2,11 @@
 
 import pytest
 
-from laya_robustness.fixtures.captions import CAPTION_SET
+from laya_robustness.recipes.fixture_captions import CAPTION_SET
 from laya_robustness.loaders.captions import load_captions
-from laya_robustness.families.lgip.variants import build_flips, build_paraphrases
+from laya_robustness.families.lgip.caption_variants import build_flips, build_paraphrases
 from laya_robustness.metrics.lgip import lgip_cell
-from laya_robustness.run.scoring.chunks import prediction_record
+from laya_robustness.run.pipeline.chunks import prediction_record
 from laya_robustness.scoring.dual import DualEncoderScorer, dual_encoder_kind
 
 from conftest import ROOT, tensors_digest

@@ -4,8 +4,8 @@ import gzip
 import hashlib
 import json
 
-from laya_robustness.fixtures.tiny_clip import BOS, EOS, N_MERGES, VOCAB_SIZE, bytes_to_unicode, clip_vocabulary, vocabulary_from
-from laya_robustness.fixtures.train_clip import train
+from laya_robustness.recipes.tiny_clip import BOS, EOS, N_MERGES, VOCAB_SIZE, bytes_to_unicode, clip_vocabulary, vocabulary_from
+from laya_robustness.recipes.train_clip import train
 
 from conftest import ROOT
 
@@ -31,7 +31,7 @@ def test_the_committed_vocabulary_is_clips():
     vocab, merges = vocabulary_from(EMBEDDED_CLIP)
     assert len(vocab) == VOCAB_SIZE and len(merges) == N_MERGES
     assert (vocab[BOS], vocab[EOS]) == (49406, 49407)
-    from laya_robustness.fixtures.tiny_clip import build_tokenizer
+    from laya_robustness.recipes.tiny_clip import build_tokenizer
 
     # OpenAI CLIP's ids for this sentence, as every CLIP tokenizer gives them
     assert build_tokenizer(vocab, merges)("a photo of a cat")["input_ids"] == [49406, 320, 1125, 539, 320, 2368, 49407]

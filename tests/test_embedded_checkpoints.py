@@ -8,7 +8,7 @@ import pytest
 from laya_robustness.__main__ import main
 from laya_robustness.families import build_variants
 from laya_robustness.predictions import write_predictions
-from laya_robustness.run.scoring.chunks import Scoring
+from laya_robustness.run.pipeline.chunks import Scoring
 from laya_robustness.scoring.hf import HFVLMScorer
 
 from conftest import ROOT

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from laya_robustness.embedded import EMBEDDED_DATA, EMBEDDED_LIMITATIONS, EMBEDDED_MODEL, is_embedded
-from laya_robustness.gate.limits import resolve_limitations
-from laya_robustness.gate.thresholds import measured_on
+from laya_robustness.gate.run_limits import resolve_limitations
+from laya_robustness.gate.limits_file import measured_on
 from laya_robustness.run.scorers import RunScorers
 
 ROOT = Path(__file__).resolve().parents[1]

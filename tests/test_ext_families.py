@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from laya_robustness.families import FLAT, build_variants, families_in, family_names, get_family
-from laya_robustness.families import form, injection, options
+from laya_robustness.families import form, injection, option_set
 from laya_robustness.families.image_shuffle import donor_clusters
 from laya_robustness.rows import Row
 
@@ -70,8 +70,8 @@ def _same(a: Row, b: Row) -> bool:
 def test_registered_outside_the_flat_block():
     assert set(EXTENSIONS) <= set(family_names())
     assert not set(EXTENSIONS) & {f.name for f in families_in(FLAT)}
-    assert get_family("option_set").build is options.build_option_set
-    assert get_family("abstain").build is options.build_abstain
+    assert get_family("option_set").build is option_set.build_option_set
+    assert get_family("abstain").build is option_set.build_abstain
     assert get_family("form_choice").build is form.build_form_choice
     assert get_family("negation").build is form.build_negation
     assert get_family("inject_text").build is injection.build_inject_text

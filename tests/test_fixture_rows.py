@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from laya_robustness.fixtures.rows import SET_NAMES, generate_rows, write_fixture_rows
+from laya_robustness.recipes.fixture_rows import SET_NAMES, generate_rows, write_fixture_rows
 from laya_robustness.loaders import load_rows
 
 COMMITTED = Path(__file__).resolve().parents[1] / "laya_fixtures" / "rows"

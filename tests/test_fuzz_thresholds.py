@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from laya_robustness.gate.catalogue import CHECKS, INVARIANCE_KEYS
-from laya_robustness.gate.thresholds import load_thresholds, Thresholds, ThresholdsError
+from laya_robustness.gate.limits_file import load_thresholds, Thresholds, ThresholdsError
 
 FAMILIES = ("orig", "option_order", "image_shuffle")
 DATASETS = ("colour_choice", "exists_yesno")

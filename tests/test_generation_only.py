@@ -16,8 +16,8 @@ from laya_robustness.gate.verdict import FAIL, cell_verdict
 from laya_robustness.metrics.cross_model import cross_model_analysis
 from laya_robustness.records import NO_PROBABILITIES, UNPARSED_ANSWER, PredictionError, Record
 from laya_robustness.report.tables import format_floor_table, format_table
-from laya_robustness.run.scoring.invariance import compare_answers
-from laya_robustness.run.scoring.chunks import answer_record
+from laya_robustness.run.pipeline.invariance import compare_answers
+from laya_robustness.run.pipeline.chunks import answer_record
 from laya_robustness.scoring.base import Answer, label_choice
 from laya_robustness.scoring.extraction import Extraction, extract
 from laya_robustness.scoring.served import option_logits

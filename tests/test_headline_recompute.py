@@ -7,10 +7,10 @@ from collections import defaultdict
 import pytest
 
 from fakes import OracleScorer
-from laya_robustness.fixtures.captions import generate_captions
+from laya_robustness.recipes.fixture_captions import generate_captions
 from laya_robustness.families import FLAT, build_variants, declared
-from laya_robustness.fixtures.rows import generate_rows
-from laya_robustness.run.scoring.chunks import prediction_record
+from laya_robustness.recipes.fixture_rows import generate_rows
+from laya_robustness.run.pipeline.chunks import prediction_record
 from conftest import summary_cell
 from laya_robustness.summary import summarize
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from laya_robustness.run.scoring.invariance import CONDITION_NAMES, ConditionNotSupported, InvarianceRun
+from laya_robustness.run.pipeline.invariance import CONDITION_NAMES, ConditionNotSupported, InvarianceRun
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
 from laya_robustness.scoring.base import to_label_order
 

@@ -9,7 +9,7 @@ from laya_robustness.gate.judgement import evaluate_cell, judge_on_interval, Jud
 from laya_robustness.metrics.baseline import baseline_block, mcnemar_p
 
 FLIPS = ("text",)  # the meaning-preserving families of these records
-from laya_robustness.gate.thresholds import Gate, ThresholdsError, load_thresholds
+from laya_robustness.gate.limits_file import Gate, ThresholdsError, load_thresholds
 
 Z = NormalDist().inv_cdf
 

@@ -16,7 +16,7 @@ from laya_robustness.predictions import write_predictions
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import Row
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring.chunks import Scoring
+from laya_robustness.run.pipeline.chunks import Scoring
 
 MODALITY_OF = {"shift": "visual", "reph": "phrasing"}
 

@@ -8,10 +8,10 @@ import pytest
 from PIL import Image
 
 from laya_robustness.families.lgip.grammar import caption_holds
-from laya_robustness.fixtures.captions import generate_captions
+from laya_robustness.recipes.fixture_captions import generate_captions
 from laya_robustness.loaders.captions import caption_row
-from laya_robustness.loaders.variants import load_paraphrases
-from laya_robustness.families.lgip.variants import (PARAPHRASE_RULES, agree_there, build_combined, build_flips,
+from laya_robustness.loaders.variant_files import load_paraphrases
+from laya_robustness.families.lgip.caption_variants import (PARAPHRASE_RULES, agree_there, build_combined, build_flips,
                                                     build_paraphrases, count_strength, paraphrases,
                                                     passive, reorder_list, reorder_relation, scene_flips, synonym,
                                                     word_list_flips)
@@ -225,9 +225,9 @@ def test_builders_refuse_rows_that_are_not_captions(fixture_rows):
 
 def test_docstring_examples_hold():
     import laya_robustness.families.lgip.grammar
-    import laya_robustness.families.lgip.variants
+    import laya_robustness.families.lgip.caption_variants
     import laya_robustness.metrics.lgip
 
-    for module in (laya_robustness.families.lgip.grammar, laya_robustness.families.lgip.variants, laya_robustness.metrics.lgip):
+    for module in (laya_robustness.families.lgip.grammar, laya_robustness.families.lgip.caption_variants, laya_robustness.metrics.lgip):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__

@@ -41,7 +41,7 @@ def llama_server(tmp_path_factory):
 def test_the_gguf_files_are_made_again_byte_for_byte(tmp_path):
     """``fixtures gguf`` gives the committed files' bytes (made earlier by the same command: the conversion is
     deterministic), and they load in the server."""
-    from laya_robustness.fixtures.gguf import FILES, default_source
+    from laya_robustness.recipes.gguf import FILES, default_source
 
     if not (default_source() / "convert_hf_to_gguf.py").is_file():
         pytest.skip(f"llama.cpp's converter is not unpacked at {default_source()}: `bash scripts/build_llama_server.sh`"

@@ -176,7 +176,7 @@ def test_missing_image_file(tmp_path):
 def test_the_users_jsonl_files_are_read_like_manifests(tmp_path, reader):
     """Paraphrase, rephrasing and translation files go through the manifests' reader: a non-UTF-8 byte and a
     key given twice are row errors naming the file, line and field, as in a manifest."""
-    from laya_robustness.loaders.variants import load_paraphrases, read_user_file
+    from laya_robustness.loaders.variant_files import load_paraphrases, read_user_file
 
     read = load_paraphrases if reader == "paraphrases" else (lambda p: read_user_file(p, reader))
     path = tmp_path / "user.jsonl"

@@ -15,11 +15,11 @@ pq = pytest.importorskip("pyarrow.parquet")
 from laya_robustness.__main__ import main  # noqa: E402
 from laya_robustness.loaders import LoadSettings, MissingExtraError, RowErrors, load_rows, scan_rows  # noqa: E402
 from laya_robustness.loaders.export import export_parquet  # noqa: E402
-from laya_robustness.loaders.images import ImageRef  # noqa: E402
+from laya_robustness.loaders.image_refs import ImageRef  # noqa: E402
 from laya_robustness.loaders.settings import parse_data_map  # noqa: E402
 from laya_robustness.rows import RowError  # noqa: E402
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring.chunks import Scoring
+from laya_robustness.run.pipeline.chunks import Scoring
 from test_loaders_images import cut, encoded  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import pytest
 from laya_robustness.loaders.settings import (
     DEFAULT_MAX_IMAGE_PIXELS, LoadSettings, parse_allow_outside_data, parse_data_map, parse_max_image_pixels,
 )
-from laya_robustness.pytest_plugin.options import OPTIONS
+from laya_robustness.pytest_plugin.pytest_options import OPTIONS
 
 
 def test_data_map():

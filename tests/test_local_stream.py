@@ -7,18 +7,18 @@ import threading
 import pytest
 
 from fakes import PixelScorer
-from laya_robustness.fixtures.bench import write_photo_rows
+from laya_robustness.recipes.bench import write_photo_rows
 from laya_robustness.rows import PendingImage
 from laya_robustness.run.executors.local import SequentialChunkExecutor
 from laya_robustness.run.executors.local_stream import LocalStream
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring.cells import CellBuildError, CellPlan, CellWork
-from laya_robustness.run.scoring.chunks import Scoring
-from laya_robustness.run.scoring.images import ImageStore
-from laya_robustness.run.scoring.journal import Journal
-from laya_robustness.run.scoring.prefetch import THREAD_NAME
+from laya_robustness.run.pipeline.cell_scoring import CellBuildError, CellPlan, CellWork
+from laya_robustness.run.pipeline.chunks import Scoring
+from laya_robustness.run.pipeline.image_store import ImageStore
+from laya_robustness.run.pipeline.journal import Journal
+from laya_robustness.run.pipeline.prefetch import THREAD_NAME
 from test_prefetch import FailingScorer, _threads_left
-from laya_robustness.run.scoring.variants import VariantImages, family_variants
+from laya_robustness.run.pipeline.variant_rows import VariantImages, family_variants
 
 FAMILIES = ("rotation", "shift", "overlay")
 KEYS = [(name, "photos", "cpu") for name in FAMILIES]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from laya_robustness.run.reports.lock import LEASE_S, LOCK_NAME, ReportDirInUse, RunIdentity, claim, release, renew
+from laya_robustness.run.outputs.lock import LEASE_S, LOCK_NAME, ReportDirInUse, RunIdentity, claim, release, renew
 from test_plugin import gate  # noqa: F401  (the gate fixture)
 from test_reliability import _gate_command
 
@@ -36,7 +36,7 @@ def test_a_run_takes_the_lock_its_processes_share_it_and_another_run_is_refused(
 
 def test_a_lock_whose_process_is_gone_is_taken_over(tmp_path):
     """A real process takes the lock and is killed with SIGKILL: the next run takes it over, naming it."""
-    code = ("import sys, time; from laya_robustness.run.reports.lock import RunIdentity, claim; "
+    code = ("import sys, time; from laya_robustness.run.outputs.lock import RunIdentity, claim; "
             "claim(sys.argv[1], RunIdentity.this_process()); print('held', flush=True); time.sleep(600)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

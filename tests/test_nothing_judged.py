@@ -13,7 +13,7 @@ import laya_robustness
 from laya_robustness.report.wrapping import unwrap
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.judged import NO_CUDA, JudgedTally
-from laya_robustness.run.reports.lock import RunIdentity, claim, release
+from laya_robustness.run.outputs.lock import RunIdentity, claim, release
 from laya_robustness.run.inputs.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]

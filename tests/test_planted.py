@@ -4,7 +4,7 @@ import numpy as np
 
 from fakes import OracleScorer
 from laya_robustness.analysis.calibrate import format_calibration
-from laya_robustness.fixtures.rows import generate_rows
+from laya_robustness.recipes.fixture_rows import generate_rows
 from laya_robustness.families import build_variants
 from laya_robustness.scoring.planted import PlantedRegression
 
@@ -83,7 +83,7 @@ def test_the_regression_checks_against_another_run_of_the_same_model_and_against
     from pathlib import Path
 
     from laya_robustness.analysis.calibrate import null_regression
-    from laya_robustness.run.scoring.chunks import prediction_record
+    from laya_robustness.run.pipeline.chunks import prediction_record
 
     rows = generate_rows("colour_choice", 60, seed=4)
     variants = rows + build_variants("text", rows, 0)
@@ -106,12 +106,12 @@ def test_the_regression_checks_against_another_run_of_the_same_model_and_against
 
 
 def test_compares_own_call_on_runs_of_another_seed_and_on_a_worse_run(tmp_path):
-    """compare_call: compare's own judgement (report.review.compare) of two runs whose seeds differ: the same records
+    """compare_call: compare's own judgement (report.compare.compare) of two runs whose seeds differ: the same records
     -> exit 0 (not refused for the seed); a run whose text answers moved -> exit 1 naming text's regressions."""
     import json
 
     from laya_robustness.analysis.calibrate import compare_call
-    from laya_robustness.run.scoring.chunks import prediction_record
+    from laya_robustness.run.pipeline.chunks import prediction_record
 
     rows = generate_rows("colour_choice", 60, seed=4)
     variants = rows + build_variants("text", rows, 0)

@@ -16,7 +16,7 @@ from transformers import CLIPModel, CLIPProcessor, SiglipModel, SiglipProcessor 
 from transformers.models.clip import image_processing_pil_clip  # noqa: F401
 from transformers.models.siglip import image_processing_pil_siglip  # noqa: F401
 
-from laya_robustness.fixtures.rows import generate_rows, write_manifest
+from laya_robustness.recipes.fixture_rows import generate_rows, write_manifest
 from laya_robustness.report.wrapping import unwrap
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The next chunks made ready while one is scored (``run.scoring.prefetch``): in order, at most ``ahead`` chunks
+"""The next chunks made ready while one is scored (``run.pipeline.prefetch``): in order, at most ``ahead`` chunks
 beyond the one handed over, the same records and journal as chunks made when asked for, and a scorer's or a
 chunk's error, or Ctrl-C, ending the scoring as it did without them, with no thread left."""
 
@@ -10,18 +10,18 @@ from PIL import Image
 
 from fakes import PixelScorer
 from laya_robustness.families import declared
-from laya_robustness.fixtures.bench import write_photo_rows
+from laya_robustness.recipes.bench import write_photo_rows
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.executors import ray_actor
 from laya_robustness.run.executors.local import ConcurrentChunkExecutor, SequentialChunkExecutor
 from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring import chunks as chunks_module
-from laya_robustness.run.scoring.chunks import Scoring, score_journaled
-from laya_robustness.run.scoring.images import ImageSource, ImageStore
-from laya_robustness.run.scoring.journal import Journal
-from laya_robustness.run.scoring.prefetch import THREAD_NAME, chunks_ahead, made_ahead
-from laya_robustness.run.scoring.variants import family_variants
+from laya_robustness.run.pipeline import chunks as chunks_module
+from laya_robustness.run.pipeline.chunks import Scoring, score_journaled
+from laya_robustness.run.pipeline.image_store import ImageSource, ImageStore
+from laya_robustness.run.pipeline.journal import Journal
+from laya_robustness.run.pipeline.prefetch import THREAD_NAME, chunks_ahead, made_ahead
+from laya_robustness.run.pipeline.variant_rows import family_variants
 
 PIXEL_FAMILIES = [f.name for f in declared() if f.reads_pixels]
 

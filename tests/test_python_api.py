@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import laya_robustness
-from laya_robustness.fixtures.tiny_checkpoints import build_checkpoint
+from laya_robustness.recipes.tiny_checkpoints import build_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDED = ROOT / "laya_fixtures" / "tiny-smolvlm"

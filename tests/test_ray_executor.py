@@ -25,7 +25,7 @@ from conftest import tensors_digest  # noqa: E402
 from fakes import slow_scoring  # noqa: E402
 from test_plugin import PASSING_LIMITS, install_plugin_package, make_gate  # noqa: E402  (the gate project of the plugin tests)
 
-from laya_robustness.fixtures.rows import generate_rows, write_manifest  # noqa: E402
+from laya_robustness.recipes.fixture_rows import generate_rows, write_manifest  # noqa: E402
 from laya_robustness.report.wrapping import unwrap  # noqa: E402
 from laya_robustness.run.errors import HarnessError  # noqa: E402
 from laya_robustness.run.executors.ray_cluster import Cluster  # noqa: E402
@@ -600,8 +600,8 @@ def test_a_source_image_travels_as_an_object_read_on_this_node_not_put_from_here
     do not grow with the images): one reader actor on the front end's node reads every file, a relative path as
     the front end resolves it (not in the head's folder, where the reader runs), and the object holds the file's
     bytes. A file gone by then is the loader's error naming it, raised where the bytes are taken."""
-    from laya_robustness.loaders.images import ImageRef, Where
-    from laya_robustness.run.scoring.images import _READER, shared_bytes
+    from laya_robustness.loaders.image_refs import ImageRef, Where
+    from laya_robustness.run.pipeline.image_store import _READER, shared_bytes
 
     monkeypatch.chdir(tmp_path)
     contents = {"a.jpg": b"first" * 40_000, "b.jpg": b"second" * 40_000}  # over 100 KB: not inlined

@@ -16,7 +16,7 @@ from laya_robustness.run.executors.ray_pool import (
     Slot,
     placement_stores,
 )
-from laya_robustness.run.scoring.variants import expected_chunks
+from laya_robustness.run.pipeline.variant_rows import expected_chunks
 from laya_robustness.scoring.cache import ByteLRU
 
 

@@ -8,15 +8,15 @@ import random
 import pytest
 from fakes import NeighbourDependentScorer, OracleScorer
 
-from laya_robustness.fixtures.bench import write_photo_rows
-from laya_robustness.run.scoring.cells import CellPlan, CellWork
+from laya_robustness.recipes.bench import write_photo_rows
+from laya_robustness.run.pipeline.cell_scoring import CellPlan, CellWork
 from laya_robustness.run.executors.ray_pool import RayActorPool
 from laya_robustness.run.executors.ray_stream import RayStream
-from laya_robustness.run.scoring.images import ImageStore, rows_with_pixels
+from laya_robustness.run.pipeline.image_store import ImageStore, rows_with_pixels
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring.journal import Journal
-from laya_robustness.run.scoring.chunks import CHUNK_BATCHES, Scoring, score_journaled, scoring_chunks
-from laya_robustness.run.scoring.variants import VariantImages, adopt, family_variants
+from laya_robustness.run.pipeline.journal import Journal
+from laya_robustness.run.pipeline.chunks import CHUNK_BATCHES, Scoring, score_journaled, scoring_chunks
+from laya_robustness.run.pipeline.variant_rows import VariantImages, adopt, family_variants
 
 BATCH = 2  # 32-row chunks
 

@@ -8,9 +8,9 @@ import pytest
 from PIL import Image
 
 from laya_robustness.families import build_variants, declared, get_family
-from laya_robustness.fixtures.captions import generate_captions
+from laya_robustness.recipes.fixture_captions import generate_captions
 from laya_robustness.rows import PendingImage, Row, image_digest
-from laya_robustness.run.scoring.images import ImageSource, ImageStore, rows_with_pixels
+from laya_robustness.run.pipeline.image_store import ImageSource, ImageStore, rows_with_pixels
 from test_row_wise import _content, rows  # noqa: F401  (the rows on which every variant fires)
 
 PIXEL_FREE = [f.name for f in declared() if not f.reads_pixels]

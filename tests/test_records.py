@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from laya_robustness.records import parse_records, PredictionError, Record
-from laya_robustness.run.scoring.chunks import prediction_record
+from laya_robustness.run.pipeline.chunks import prediction_record
 from laya_robustness.rows import Row
 
 TEMPERATURES = {"choice": 1.0, "noul": 1.0, "score": 1.0}
@@ -44,7 +44,7 @@ def test_a_missing_meta_key_names_the_family_that_writes_it():
 
 
 def test_an_open_answer_record_is_judged_on_normalised_text():
-    from laya_robustness.run.scoring.chunks import open_record
+    from laya_robustness.run.pipeline.chunks import open_record
 
     row = dataclasses.replace(ROW, options=(), label=-1, primitive="open")
     object.__setattr__(row, "answers", ("Stop sign", "stop"))  # accepted answers (the Row field of open rows)
@@ -72,7 +72,7 @@ def test_open_rows_count_in_accuracy_and_flip_by_their_answer_text():
 
 
 def test_scoring_sends_open_rows_to_generate_and_the_rest_to_the_logits():
-    from laya_robustness.run.scoring.chunks import Scoring
+    from laya_robustness.run.pipeline.chunks import Scoring
 
     class Scorer:
         def score_batch(self, rows):

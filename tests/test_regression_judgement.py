@@ -1,15 +1,15 @@
 """The one judgement of a change between two runs (``metrics.regression.judge_change``) against an independent
 reference: its exact interval inverts the same binomial test (they never disagree), a called regression always has
 the test's p below the level, the tolerance and the direction are honoured, and the gate's ``--baseline`` checks
-read it (``gate.regression``)."""
+read it (``gate.baseline_limits``)."""
 
 import itertools
 import random
 
 import pytest
 
-from laya_robustness.gate.regression import change_call, regression_headlines, regression_level, regression_results
-from laya_robustness.gate.thresholds import Gate
+from laya_robustness.gate.baseline_limits import change_call, regression_headlines, regression_level, regression_results
+from laya_robustness.gate.limits_file import Gate
 from laya_robustness.metrics.baseline import mcnemar_p
 from laya_robustness.metrics.regression import EXACT_BELOW, binomial_tail, clopper_pearson, judge_change
 
@@ -106,7 +106,7 @@ def test_compare_the_baseline_checks_trend_and_the_callbacks_stop_rule_call_the_
     from pathlib import Path
 
     import laya_robustness
-    from laya_robustness.report.review import compare, read_report
+    from laya_robustness.report.compare import compare, read_report
     from laya_robustness.report.trend import judged_pairs, read_checkpoints
     from laya_robustness.stopping import REGRESSION_CHECKS, decide, failed_key
 

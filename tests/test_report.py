@@ -23,19 +23,19 @@ from laya_robustness.__main__ import main
 from laya_robustness.gate.judgement import evaluate_cell
 from laya_robustness.gate.results import CheckResult
 from laya_robustness.families import build_variants, declared, default_families, get_family
-from laya_robustness.fixtures.rows import SET_NAMES, generate_rows, write_manifest
+from laya_robustness.recipes.fixture_rows import SET_NAMES, generate_rows, write_manifest
 from laya_robustness.answers import is_correct
 from laya_robustness.metrics.calibration import ece
 from laya_robustness.predictions import write_predictions
 from laya_robustness.records import ORIG
 from laya_robustness.report import load_limits, render_files, write_report
 from laya_robustness.report.build import build_report
-from laya_robustness.report.cells import cell_rows, cell_verdicts, columns_of, evaluate_summary, summary_blocks
-from laya_robustness.report.compare import summary_changes
+from laya_robustness.report.cell_rows import cell_rows, cell_verdicts, columns_of, evaluate_summary, summary_blocks
+from laya_robustness.report.baseline_changes import summary_changes
 from laya_robustness.report.curves import reliability, strength_curves
 from laya_robustness.report.examples import BROKEN, FLIPPED, check_source_rows, rebuild_rows, select_examples
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring.chunks import Scoring
+from laya_robustness.run.pipeline.chunks import Scoring
 from laya_robustness.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from laya_robustness.api import _failures
 from laya_robustness.gate.results import CheckResult
 from laya_robustness.gate.verdict import cell_verdict
 from laya_robustness.report.build import build_report
-from laya_robustness.report.cells import MARKS, UNCHECKED, failed_checks_text
+from laya_robustness.report.cell_rows import MARKS, UNCHECKED, failed_checks_text
 from laya_robustness.report.html import MEANINGS, render_html
 from laya_robustness.report.markdown import render_markdown
 from laya_robustness.run.gate_run import CellCheck

@@ -76,7 +76,7 @@ def test_summary_md_shows_a_hostile_model_id_as_text_with_no_escape_sequence():
 
 def test_a_hostile_dataset_name_stays_text_in_the_failed_checks():
     from laya_robustness.gate.results import CheckResult
-    from laya_robustness.report.cells import cell_verdicts
+    from laya_robustness.report.cell_rows import cell_verdicts
 
     result = CheckResult("text", "d`<i>x</i>", "max_flip", False, 0.3, 0.2, None, f"too many{ESCAPES}")
     verdicts = cell_verdicts([result], lambda *a: None)

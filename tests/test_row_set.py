@@ -12,7 +12,7 @@ from laya_robustness.families import build_variants, declared
 from laya_robustness.families.row_set import RowSet, SampledRows
 from laya_robustness.rows import image_digest
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring.images import ImageStore
+from laya_robustness.run.pipeline.image_store import ImageStore
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("colour_choice", "exists_yesno")

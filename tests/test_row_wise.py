@@ -7,7 +7,7 @@ import pytest
 
 import laya_robustness.families as families
 from laya_robustness.families import build_variants, declared
-from laya_robustness.fixtures.rows import generate_rows
+from laya_robustness.recipes.fixture_rows import generate_rows
 from test_headline_recompute import _varied, _what_is, _with_user_variants
 
 ROW_WISE = [f.name for f in declared() if f.row_wise]

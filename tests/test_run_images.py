@@ -11,19 +11,19 @@ import pytest
 from PIL import Image
 
 import laya_robustness.families as families
-import laya_robustness.run.scoring.images as images
-import laya_robustness.run.scoring.variants as variants_module
+import laya_robustness.run.pipeline.image_store as images
+import laya_robustness.run.pipeline.variant_rows as variants_module
 from laya_robustness.families import Family, build_variants, get_family
-from laya_robustness.fixtures.bench import write_photo_rows
+from laya_robustness.recipes.bench import write_photo_rows
 from laya_robustness.rows import PendingImage, Row, RowError, image_digest
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.inputs.fingerprints import data_fingerprint
-from laya_robustness.run.scoring.images import ImageStore, image_bytes, rows_with_pixels
+from laya_robustness.run.pipeline.image_store import ImageStore, image_bytes, rows_with_pixels
 from laya_robustness.run.inputs.run_inputs import load_source_rows
-from laya_robustness.run.scoring.journal import Journal, row_key
+from laya_robustness.run.pipeline.journal import Journal, row_key
 from laya_robustness.run.executors.local import SequentialChunkExecutor
-from laya_robustness.run.scoring.chunks import Scoring, score_journaled
-from laya_robustness.run.scoring.variants import VariantImages, family_variants, variant_digests
+from laya_robustness.run.pipeline.chunks import Scoring, score_journaled
+from laya_robustness.run.pipeline.variant_rows import VariantImages, family_variants, variant_digests
 from test_row_wise import _content
 
 SIZE = (40, 30)  # 3,600 bytes decoded

@@ -88,7 +88,7 @@ def test_nothing_outside_the_run_reads_or_writes_its_state():
 
 def test_what_a_run_holds_is_read_only_where_the_run_hands_it():
     """``run.held.Held`` is made by the run and handed to its scoring (``run.planned``) and to the report maker
-    (``run.reports.data_files.device_reports``); no other module imports it."""
+    (``run.outputs.data_files.device_reports``); no other module imports it."""
     importers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                        if "laya_robustness.run.held" in p.read_text() and p.name != "held.py")
-    assert importers == ["run/gate_run.py", "run/reports/data_files.py"]
+    assert importers == ["run/gate_run.py", "run/outputs/data_files.py"]

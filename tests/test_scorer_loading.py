@@ -10,7 +10,7 @@ import pytest
 from laya_robustness.scoring import (ModelLoadError, ScorerContractError, ScoringError, UnsupportedArchitecture,
                                      check_scorer, load_scorer)
 from laya_robustness.scoring.adapters import SUPPORTED
-from laya_robustness.fixtures.tiny_checkpoints import build_checkpoint
+from laya_robustness.recipes.tiny_checkpoints import build_checkpoint
 
 
 @pytest.mark.parametrize("model_type, architecture", [

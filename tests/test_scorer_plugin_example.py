@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from laya_robustness.families import build_variants
-from laya_robustness.run.scoring.invariance import ConditionNotSupported, InvarianceRun
+from laya_robustness.run.pipeline.invariance import ConditionNotSupported, InvarianceRun
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES
 from laya_robustness.scoring import load_scorer
 

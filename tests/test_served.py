@@ -141,7 +141,7 @@ def test_a_refusal_is_read_by_the_numbers_not_by_its_words(served_model, fixture
     tokens is known not to fit the checkpoint's 512 positions before it is asked (so the same on a server that answers
     past its context and on one that refuses it), and a short row refused in words that speak of context length is an
     error like any other (exit 3), since its prompt fits."""
-    from laya_robustness.run.scoring.invariance import hostile_rows
+    from laya_robustness.run.pipeline.invariance import hostile_rows
     from laya_robustness.scoring.served import ContextExceeded, EndpointError, ServedScorer, exceeds_context
 
     rows = [fixture_rows[name][0] for name in sorted(fixture_rows)]

@@ -11,7 +11,7 @@ import pytest
 
 from fakes import OracleScorer
 from laya_robustness.families import any_families, build_variants, get_family
-from laya_robustness.fixtures.rows import generate_rows
+from laya_robustness.recipes.fixture_rows import generate_rows
 from laya_robustness.metrics.headline import headline_values
 from laya_robustness.metrics.stability import (
     AV,
@@ -24,7 +24,7 @@ from laya_robustness.metrics.stability import (
     stability_cell,
     truth_of,
 )
-from laya_robustness.run.scoring.chunks import open_record, prediction_record
+from laya_robustness.run.pipeline.chunks import open_record, prediction_record
 from laya_robustness.rows import Row
 from conftest import summary_cell
 from laya_robustness.summary import summarize

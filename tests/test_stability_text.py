@@ -8,9 +8,9 @@ import pytest
 
 from laya_robustness.families import build_variants, get_family
 from laya_robustness.families import language, rephrase, rotation
-from laya_robustness.loaders.variants import read_user_file
+from laya_robustness.loaders.variant_files import read_user_file
 from laya_robustness.run.inputs.run_inputs import attach_user_variants
-from laya_robustness.fixtures.rows import SET_NAMES, generate_rows
+from laya_robustness.recipes.fixture_rows import SET_NAMES, generate_rows
 from laya_robustness.rows import Row, RowError
 
 SEED = 0

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from laya_robustness.fixtures.bench import write_photo_rows
-from laya_robustness.run.scoring.chunks import CHUNK_BATCHES
+from laya_robustness.recipes.bench import write_photo_rows
+from laya_robustness.run.pipeline.chunks import CHUNK_BATCHES
 from test_plugin import ROOT, TESTS
 
 pytest_plugins = ["pytester"]
@@ -79,10 +79,10 @@ def test_what_is_held_decoded_does_not_grow_with_the_rows_and_letting_go_changes
 
 GIVE_BACK_CENSUS = """
 import os
-from laya_robustness.run.scoring import variants
+from laya_robustness.run.pipeline import variant_rows
 
 calls = []
-real = variants.give_back_freed_memory
+real = variant_rows.give_back_freed_memory
 
 
 def counted():
@@ -90,7 +90,7 @@ def counted():
     return real()
 
 
-variants.give_back_freed_memory = counted
+variant_rows.give_back_freed_memory = counted
 
 
 def pytest_unconfigure(config):

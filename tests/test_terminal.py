@@ -3,7 +3,7 @@ line a person reads is wrapped to the terminal's width."""
 
 from laya_robustness.gate.results import CheckResult
 from laya_robustness.pytest_plugin.terminal import problem_lines
-from laya_robustness.report.cells import NO_CHECK, cell_rows, cell_verdicts
+from laya_robustness.report.cell_rows import NO_CHECK, cell_rows, cell_verdicts
 
 CELL = {"acc": 0.5, "n_rows": 10}
 SUMMARY = {"families": {"orig": {"colour_choice": CELL, "shape_captions": {"acc": None, "n_rows": 400}}},

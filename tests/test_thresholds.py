@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_robustness.gate.thresholds import KnownLimitation, ThresholdsError, load_thresholds
+from laya_robustness.gate.limits_file import KnownLimitation, ThresholdsError, load_thresholds
 
 FAMILIES = ("orig", "option_order", "text", "image", "image_shuffle", "text_only", "inject_text")
 DATASETS = ("exists_yesno", "left_of_yesno", "colour_choice", "count_choice", "context_choice")
@@ -135,7 +135,7 @@ def _declared_checks():
 
 
 def test_repo_thresholds_file_holds_release_limits_for_any_data():
-    from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
+    from laya_robustness.run.pipeline.invariance import INVARIANCE_CONDITIONS
 
     path = Path(__file__).resolve().parents[1] / "thresholds.toml"
     t = load_thresholds(path, families=_declared_checks(), datasets=["my_photos"], conditions=INVARIANCE_CONDITIONS)
@@ -147,8 +147,8 @@ def test_repo_thresholds_file_holds_release_limits_for_any_data():
 
 
 def test_fixture_overlay_declares_the_embedded_defaults_misses():
-    from laya_robustness.fixtures.rows import SET_NAMES
-    from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
+    from laya_robustness.recipes.fixture_rows import SET_NAMES
+    from laya_robustness.run.pipeline.invariance import INVARIANCE_CONDITIONS
 
     root = Path(__file__).resolve().parents[1]
     t = load_thresholds(root / "thresholds.toml", families=_declared_checks(), datasets=SET_NAMES,

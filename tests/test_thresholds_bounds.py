@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_robustness.gate.thresholds import MAX_COUNT, MAX_FILE_BYTES, ThresholdsError, load_thresholds
+from laya_robustness.gate.limits_file import MAX_COUNT, MAX_FILE_BYTES, ThresholdsError, load_thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = {"orig": ("min_acc",), "text": ("max_flip",)}
@@ -73,8 +73,8 @@ def test_the_bounds_leave_the_release_file_and_what_they_do_not_look_at_alone(tm
     limits = load_thresholds(write(tmp_path / "limits.toml", text), families=FAMILIES, datasets=DATASETS,
                              conditions=CONDITIONS)
     assert limits.known_limitations[0].reason.startswith("a.a.a")
-    from laya_robustness.gate.limits import run_limits
-    from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
+    from laya_robustness.gate.run_limits import run_limits
+    from laya_robustness.run.pipeline.invariance import INVARIANCE_CONDITIONS
 
     started = time.monotonic()
     run_limits(ROOT / "thresholds.toml", datasets=["colour_choice", "context_choice", "count_choice", "exists_yesno",

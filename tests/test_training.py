@@ -3,7 +3,7 @@
 import hashlib
 import json
 
-from laya_robustness.fixtures.train_smolvlm import train
+from laya_robustness.recipes.train_smolvlm import train
 
 
 def _sha(path):

@@ -24,7 +24,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainingArguments  # noqa: E402
 
 import laya_robustness  # noqa: E402
-from laya_robustness.fixtures.trainer_data import AnswerDataset  # noqa: E402
+from laya_robustness.recipes.trainer_data import AnswerDataset  # noqa: E402
 from laya_robustness.report.trend import read_checkpoints, trend_html, trend_rows, trend_table  # noqa: E402
 from laya_robustness.run.errors import UsageError  # noqa: E402
 from laya_robustness.training import (  # noqa: E402

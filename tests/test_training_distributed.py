@@ -206,7 +206,7 @@ def test_a_ranks_chunks_are_journaled_as_it_scores_them_and_resume_scores_the_re
     """A rank journals each chunk of its share as soon as it is scored (as a local run does), before any gather: when
     its scoring breaks, what it scored is kept, and ``resume`` scores only the rest, to the local run's records."""
     from laya_robustness.run.errors import HarnessError
-    from laya_robustness.run.scoring import chunks
+    from laya_robustness.run.pipeline import chunks
 
     model = AutoModelForImageTextToText.from_pretrained(ROOT / "laya_fixtures" / "tiny-smolvlm",
                                                         attn_implementation="eager")

@@ -23,7 +23,7 @@ from transformers import (  # noqa: E402
 )
 
 import laya_robustness  # noqa: E402
-from laya_robustness.fixtures.trainer_data import AnswerDataset  # noqa: E402
+from laya_robustness.recipes.trainer_data import AnswerDataset  # noqa: E402
 from laya_robustness.run.errors import UsageError  # noqa: E402
 from laya_robustness.training import INCOMPLETE_NOTE, RobustnessCallback  # noqa: E402
 

@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainerCallback, TrainingArguments
 
 import laya_robustness
-from laya_robustness.fixtures.trainer_data import AnswerDataset
+from laya_robustness.recipes.trainer_data import AnswerDataset
 from laya_robustness.run.errors import UsageError
 from laya_robustness.stopping import decide
 from laya_robustness.training import RobustnessCallback

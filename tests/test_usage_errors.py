@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_robustness.pytest_plugin.options import OPTIONS, option, usage_error
+from laya_robustness.pytest_plugin.pytest_options import OPTIONS, option, usage_error
 
 ROOT = Path(__file__).resolve().parents[1]
 

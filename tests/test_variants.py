@@ -13,14 +13,14 @@ import pytest
 
 from conftest import FIXTURE_ROWS, tensors_digest
 from laya_robustness.__main__ import main
-from laya_robustness.analysis.variants.checks import check_rephrasing, check_translation
-from laya_robustness.analysis.variants.command import question_rows, run_variants
-from laya_robustness.analysis.variants.pipeline import sibling, write_variants
-from laya_robustness.analysis.variants.prompts import prompt_sha256
-from laya_robustness.analysis.variants.tasks import Rephrase, Translate
+from laya_robustness.analysis.rewriting.checks import check_rephrasing, check_translation
+from laya_robustness.analysis.rewriting.command import question_rows, run_variants
+from laya_robustness.analysis.rewriting.pipeline import sibling, write_variants
+from laya_robustness.analysis.rewriting.prompts import prompt_sha256
+from laya_robustness.analysis.rewriting.tasks import Rephrase, Translate
 from laya_robustness.families import build_variants
 from laya_robustness.families.rephrase import TRANSLATIONS_KEY, USER_KEY
-from laya_robustness.loaders.variants import read_user_file
+from laya_robustness.loaders.variant_files import read_user_file
 from laya_robustness.run.inputs.run_inputs import attach_user_variants
 from laya_robustness.rows import Row
 
@@ -226,7 +226,7 @@ def test_bad_options_are_usage_errors_before_any_model_is_loaded(tmp_path, capsy
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
-    from laya_robustness.fixtures.tiny_causal_lm import build_causal_lm
+    from laya_robustness.recipes.tiny_causal_lm import build_causal_lm
 
     return build_causal_lm(tmp_path_factory.mktemp("tiny-lm"))
 

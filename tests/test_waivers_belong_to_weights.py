@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_robustness.gate.thresholds import ThresholdsError, measured_on
+from laya_robustness.gate.limits_file import ThresholdsError, measured_on
 from laya_robustness.run.inputs.options import parse_settings
 from laya_robustness.weights import weight_hashes
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from laya_robustness.run.files import write_all
-from laya_robustness.run.scoring.journal import Journal, read_journals
+from laya_robustness.run.pipeline.journal import Journal, read_journals
 from test_plugin import gate, run  # noqa: F401  (the gate fixture)
 from test_reliability import _gate_command, _scored_rows
 
@@ -212,7 +212,7 @@ def test_fixtures_gguf_on_a_full_disk_exits_3_and_leaves_the_files_there_were(sm
     previous model.gguf and mmproj.gguf as they were, and no staging folder."""
     import sys
 
-    from laya_robustness.fixtures.gguf import FILES, default_source
+    from laya_robustness.recipes.gguf import FILES, default_source
 
     if not (default_source() / "convert_hf_to_gguf.py").is_file():
         pytest.skip(f"llama.cpp's converter is not unpacked at {default_source()}: `bash scripts/build_llama_server.sh`"

@@ -33,8 +33,8 @@ import psutil
 import torch.distributed as dist
 from transformers import AutoModelForImageTextToText, AutoProcessor, Trainer, TrainingArguments
 
-from laya_robustness.fixtures.trainer_data import AnswerDataset
-from laya_robustness.run.scoring import chunks
+from laya_robustness.recipes.trainer_data import AnswerDataset
+from laya_robustness.run.pipeline import chunks
 from laya_robustness.scoring import deepspeed_zero, sharded
 from laya_robustness.training import RobustnessCallback
 

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from transformers import AutoModelForImageTextToText, AutoProcessor, TrainerControl, TrainerState
 
 from laya_robustness.report import plots
-from laya_robustness.run.scoring import chunks
+from laya_robustness.run.pipeline import chunks
 from laya_robustness.training import RobustnessCallback
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ plots.reliability_uri, plots.strength_uri = _drawing(plots.reliability_uri), _dr
 def trainer_ddp(out: Path, callback, model, processor) -> None:
     from transformers import Trainer, TrainingArguments
 
-    from laya_robustness.fixtures.trainer_data import AnswerDataset
+    from laya_robustness.recipes.trainer_data import AnswerDataset
 
     train = AnswerDataset(processor, rows_per_set=16, seed=1)
     args = TrainingArguments(str(out / "run"), max_steps=STEPS, eval_strategy="steps", eval_steps=EVAL_EVERY,
@@ -77,7 +77,7 @@ def loop_fsdp(out: Path, callback, model, processor) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import fully_shard
 
-    from laya_robustness.fixtures.trainer_data import AnswerDataset
+    from laya_robustness.recipes.trainer_data import AnswerDataset
 
     for layer in model.model.text_model.layers:
         fully_shard(layer)

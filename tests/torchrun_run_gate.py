@@ -24,7 +24,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from laya_robustness import run_gate
-from laya_robustness.run.scoring import chunks
+from laya_robustness.run.pipeline import chunks
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm"

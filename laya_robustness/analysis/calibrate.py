@@ -20,7 +20,7 @@ detected but, by the limit's own definition, not caught.
 The regression checks' own false alarms: each seed's predictions are also compared with the previous
 seed's, as ``--baseline`` would compare them (the same model on the other seed's variants of the same
 rows: every difference is chance), and a comparison is red when a regression check fails. ``compare``'s own false
-alarms on the same pairs: ``report.review.compare`` of the two report folders, made comparable by giving the earlier
+alarms on the same pairs: ``report.compare.compare`` of the two report folders, made comparable by giving the earlier
 run the later run's seed (and data fingerprint: under ``--rows-per-set`` each seed samples other rows, and the pair
 is judged on the rows both scored), red when its exit status is 1 (a regression beyond
 noise, or a check that passed and now fails). With ``--plant``, compare's power: ``compare`` of each seed's run
@@ -108,14 +108,14 @@ def calibrate(seeds: int, out: Path, extra: Sequence[str] = (), plant: str | Non
 
 
 def compare_call(old_dir: Path, new_dir: Path, family: str | None = None) -> dict:
-    """``compare``'s judgement of two report folders of the same model and rows (``report.review.compare``), the
+    """``compare``'s judgement of two report folders of the same model and rows (``report.compare.compare``), the
     earlier given the later's seed and data fingerprint (under ``--rows-per-set`` a seed samples other rows: the pair
     is judged on the rows both scored, as ``--baseline`` pairs them), and a planted run's scorer taken for new weights
     (``scoring.planted``'s mark left out of its model identity), as the only differences between them; ``red`` its exit status 1, ``called``
     whether it named a regression of ``family`` (a failed regression check of it, or one of its checks now failing)."""
     from dataclasses import replace
 
-    from laya_robustness.report.review import compare, read_report
+    from laya_robustness.report.compare import compare, read_report
 
     old, new = read_report(old_dir), read_report(new_dir)
     same = {key: new.summary["meta"].get(key) for key in ("seed", "data_fingerprint")}
@@ -136,8 +136,8 @@ def planted_outcome(report_dir: Path, family: str) -> dict:
     """One planted run against its baseline: the family's accuracy loss (baseline - now, pooled over its
     sets) with its paired 95% interval, its flip-rate rise with its interval (a meaning-preserving family),
     the McNemar counts and p, and whether the gate caught it (a regression check of the family failed)
-    and whether McNemar detected it (p < alpha / m with b > c, m the pair's paired headlines: ``gate.regression``)."""
-    from laya_robustness.gate.regression import gate_from, regression_level
+    and whether McNemar detected it (p < alpha / m with b > c, m the pair's paired headlines: ``gate.baseline_limits``)."""
+    from laya_robustness.gate.baseline_limits import gate_from, regression_level
 
     report_dir = Path(report_dir)
     summary = json.loads((report_dir / "summary.json").read_text(encoding="utf-8"))
@@ -167,11 +167,11 @@ def thresholds_of(extra: Sequence[str]) -> Path:
 
 def null_regression(now_dir: Path, before_dir: Path, seed: int, thresholds: Path) -> dict:
     """The regression checks of one run against another run of the same model (see the module doc), judged as
-    ``--baseline``, ``compare`` and ``trend`` judge them (``gate.regression``: every family's "all" cell at
+    ``--baseline``, ``compare`` and ``trend`` judge them (``gate.baseline_limits``: every family's "all" cell at
     alpha / m, m the paired headlines of the pair): their false alarms are those of every path."""
     from laya_robustness.families import compares_flips
-    from laya_robustness.gate.limits import regression_limits
-    from laya_robustness.gate.regression import (change_call, regression_headlines, regression_level,
+    from laya_robustness.gate.run_limits import regression_limits
+    from laya_robustness.gate.baseline_limits import (change_call, regression_headlines, regression_level,
                                                  regression_results)
     from laya_robustness.metrics.baseline import ALL, baseline_block
     from laya_robustness.predictions import read_predictions

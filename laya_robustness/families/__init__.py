@@ -140,7 +140,7 @@ _REGISTRY = FAMILIES.by_name
 #: The built-in family modules in the order of the reference's tables; any other module of this package
 #: is imported after them (alphabetically), then the modules named by the ``laya_robustness.families``
 #: entry points of installed packages. Each declares its families on import.
-_MODULES = ("orig", "option_order", "text", "image", "image_shuffle", "text_only", "options", "form", "injection",
+_MODULES = ("orig", "option_order", "text", "image", "image_shuffle", "text_only", "option_set", "form", "injection",
             "shift", "pad_crop", "scale", "rotation", "overlay", "rephrase", "language")
 ENTRY_POINT_GROUP = "laya_robustness.families"
 _loaded = False

@@ -28,7 +28,7 @@ label, images, context, group and cluster; ``meta["rephrase"]`` holds ``{"source
 "rule": name}`` or ``{"source": "user", "index": i}``. Rows of every primitive (open ones too) are
 rephrased. No randomness: ``seed`` is unused.
 
-The user's files (read by ``loaders.variants``, attached by :func:`attach_variants`): JSONL, one object per line,
+The user's files (read by ``loaders.variant_files``, attached by :func:`attach_variants`): JSONL, one object per line,
 ``{"row_id": ..., "rephrasings": ["...", ...]}`` or ``{"row_id": ..., "translations": {"fr":
 "...", ...}}``, with an optional ``"dataset"`` (without it, every dataset's row of that id gets
 them) and an optional ``"provenance"`` object (how the texts were made; ``python -m laya_robustness
@@ -177,7 +177,7 @@ def build(rows: Sequence[Row], seed: int) -> list[Row]:
 
 def attach_variants(rows_by_dataset: Mapping[str, list[Row]], entries: Mapping, key: str) -> dict[str, list[Row]]:
     """The rows with the user's variants of ``entries`` ((dataset or None, row_id) -> value, as
-    ``loaders.variants.read_user_file`` reads them) in their meta: rephrasings (``key`` ``"rephrasings"``) appended
+    ``loaders.variant_files.read_user_file`` reads them) in their meta: rephrasings (``key`` ``"rephrasings"``) appended
     to ``meta["rephrasings"]``, translations merged into ``meta["translations"]`` (a file's language replaces the
     row's own); rows without an entry are returned as they are."""
     out = {}

@@ -13,7 +13,7 @@ from laya_robustness.gate.results import CheckResult, fmt
 def failure_message(result: CheckResult, worst_lines: Sequence[str]) -> str:
     """A multi-line message: family, dataset, metric, value, limit, interval, detail and the worst groups."""
     metric, rule = wording(result.check)
-    level = "at the pair's level (detail)" if result.judge == "paired" else "95%"  # gate.regression's judgement
+    level = "at the pair's level (detail)" if result.judge == "paired" else "95%"  # gate.baseline_limits's judgement
     interval = "none" if result.interval is None else f"{level} [{fmt(result.interval[0])}, {fmt(result.interval[1])}]"
     lines = [
         f"{result.family}/{result.dataset}: {result.check} {'passed' if result.passed else 'FAILED'}",

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from laya_robustness.loaders.images import ImageRef, Where, file_image, payload_image
+from laya_robustness.loaders.image_refs import ImageRef, Where, file_image, payload_image
 from laya_robustness.loaders.problems import Problems, RowErrors, each
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.validate import SourceRow, kind, record_row

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from PIL import Image
 
-from laya_robustness.loaders.images import Where
+from laya_robustness.loaders.image_refs import Where
 from laya_robustness.loaders.validate import bounded
 from laya_robustness.rows import Row, RowError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from laya_robustness.loaders.fixes import NOT_UTF8, TOO_LONG
-from laya_robustness.loaders.images import Where
+from laya_robustness.loaders.image_refs import Where
 from laya_robustness.loaders.problems import Problems
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.validate import SourceRow, manifest_row

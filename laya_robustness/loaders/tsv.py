@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from laya_robustness.loaders.fixes import NOT_UTF8, TOO_LONG
-from laya_robustness.loaders.images import ImageRef, Where, check_payload_size, file_image, payload_image
+from laya_robustness.loaders.image_refs import ImageRef, Where, check_payload_size, file_image, payload_image
 from laya_robustness.loaders.problems import FAILED, Problems, RowErrors, attempt, each, row_problems
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.loaders.validate import SourceRow, bounded, duplicate

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from laya_robustness.loaders.fixes import TOO_LONG
-from laya_robustness.loaders.images import ImageRef, Where, file_image
+from laya_robustness.loaders.image_refs import ImageRef, Where, file_image
 from laya_robustness.loaders.problems import FAILED, RowErrors, attempt, each, row_problems
 from laya_robustness.loaders.settings import LoadSettings
 from laya_robustness.rows import OPEN_LABEL, PRIMITIVES, RECORD_FIELDS, Row, RowError, user_meta_problem

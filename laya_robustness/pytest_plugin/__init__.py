@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from laya_robustness.pytest_plugin import options
+from laya_robustness.pytest_plugin import pytest_options
 from laya_robustness.pytest_plugin.gate import GatePlugin
 from laya_robustness.pytest_plugin.session import RobustnessSession
 
@@ -17,7 +17,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    options.add_options(parser)
+    pytest_options.add_options(parser)
 
 
 @pytest.fixture(scope="session")

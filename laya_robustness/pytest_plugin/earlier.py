@@ -3,7 +3,7 @@ verdicts of the checks it did not judge, from the earlier run whose report is in
 so that a retry or a narrowing never turns a failing gate into a pass (docs/options.md#narrowed-runs).
 
 They are folded in only from a run of the same configuration: the same rows (data fingerprint), seed, rows per set,
-families and scoring, and the same model, weights included (``report.review.configuration_differences`` and the
+families and scoring, and the same model, weights included (``report.compare.configuration_differences`` and the
 weights' hashes), read from its summary.json's meta beside this run's. This run must have scored rows on the device
 to tell its own configuration by. A check failed there and not judged again keeps this run's exit status at 1; what
 was folded in, or why nothing was, is said on the terminal. The reports this run writes hold its own verdicts only.
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from laya_robustness.report.cells import FAIL, XPASS, as_result, check_status
+from laya_robustness.report.cell_rows import FAIL, XPASS, as_result, check_status
 from laya_robustness.report.read_back import CHECKS, SUMMARY, read_results, read_summary
-from laya_robustness.report.review import configuration_differences
+from laya_robustness.report.compare import configuration_differences
 from laya_robustness.run.outcome import Folded, RunOutcome
 
 #: The model identity's keys that are its weights (``configuration_differences`` leaves them out).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from laya_robustness.pytest_plugin import options
+from laya_robustness.pytest_plugin import pytest_options
 from laya_robustness.pytest_plugin.estimate import show_time_left
 from laya_robustness.pytest_plugin.gate_tests import FAMILY_ATTRIBUTE, markers
 from laya_robustness.pytest_plugin.roles import Lead, Worker
@@ -155,7 +155,7 @@ class GatePlugin:
             self.state.claim_report_dir()
             return
         except UsageError as exc:
-            status, error = EXIT_USAGE, options.as_pytest(exc)
+            status, error = EXIT_USAGE, pytest_options.as_pytest(exc)
         except HarnessError as exc:
             status, error = EXIT_HARNESS, exc
         self.role.cannot_start(items, status, error)

@@ -12,7 +12,7 @@ from laya_robustness.pytest_plugin.session import RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
 from laya_robustness.run.judged import no_cell_judged
 from laya_robustness.run.outcome import Ending, RunOutcome
-from laya_robustness.run.reports.lock import RunIdentity
+from laya_robustness.run.outputs.lock import RunIdentity
 
 
 class Lead:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from laya_robustness.pytest_plugin.gate_tests import FAMILY_ATTRIBUTE
-from laya_robustness.pytest_plugin.options import default_of
+from laya_robustness.pytest_plugin.pytest_options import default_of
 from laya_robustness.run.gate_run import GateRun
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 
 from laya_robustness.pytest_plugin import outcomes
-from laya_robustness.pytest_plugin.options import as_pytest, read_settings
+from laya_robustness.pytest_plugin.pytest_options import as_pytest, read_settings
 from laya_robustness.pytest_plugin.progress import scoring_progress
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.gate_run import GateRun, Skipped, decided_nothing
 from laya_robustness.run.judged import JudgedTally, NothingJudged
 from laya_robustness.run.outcome import RunOutcome
-from laya_robustness.run.reports.lock import RunIdentity
+from laya_robustness.run.outputs.lock import RunIdentity
 
 GPU_DEVICE = "cuda"
 #: The key of the controller's run identity in an xdist worker's ``workerinput``.

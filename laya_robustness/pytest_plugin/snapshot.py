@@ -38,12 +38,12 @@ import pytest
 from syrupy.data import SnapshotCollections
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from laya_robustness.pytest_plugin.options import default_of
-from laya_robustness.report.review import half_widths
+from laya_robustness.pytest_plugin.pytest_options import default_of
+from laya_robustness.report.compare import half_widths
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.files import file_safe
 from laya_robustness.run.inputs.fingerprints import data_fingerprint, families_label, model_fingerprint
-from laya_robustness.run.scoring.models import identity_key
+from laya_robustness.run.pipeline.models import identity_key
 from laya_robustness.scoring.base import batch_precision
 from laya_robustness.summary import headlines
 

@@ -3,7 +3,7 @@ block one row per (family, dataset) with its headline numbers and checks); the l
 computed; then the failed and newly passing checks and the verdict counts.
 
 Every block of the summary appears (the flat table and every extension block), its columns and
-families derived from the declarations (``laya_robustness.report.cells``). Tables fit in ``WIDTH``
+families derived from the declarations (``laya_robustness.report.cell_rows``). Tables fit in ``WIDTH``
 columns: a row whose checks do not fit says how many checks decided it instead of naming them,
 and a block that still does not fit drops its intervals. The lines a person reads (what each report covers,
 errors, failed checks, the verdict counts, notes) are wrapped to the terminal's width, continuations indented
@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from laya_robustness.pytest_plugin.snapshot import accept_command
-from laya_robustness.report.cells import (
+from laya_robustness.report.cell_rows import (
     FAIL,
     MARKS,
     NO_CHECK,
@@ -35,7 +35,7 @@ from laya_robustness.report.cells import (
     verdict_line,
 )
 from laya_robustness.report.wrapping import wrap
-from laya_robustness.run.scoring.models import model_type
+from laya_robustness.run.pipeline.models import model_type
 from laya_robustness.scoring.adapters import adapter_class
 
 WIDTH = 120

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from laya_robustness.report.cells import CellVerdict, Known, cell_verdicts
+from laya_robustness.report.cell_rows import CellVerdict, Known, cell_verdicts
 from laya_robustness.report.curves import Reliability, StrengthCurve, reliability, strength_curves
 from laya_robustness.report.examples import Example, rebuild_rows, select_examples
 

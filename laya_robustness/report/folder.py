@@ -1,5 +1,5 @@
 """A run's report folder: every report of a run's outcome (``run.outcome.RunOutcome``: the data files of
-``run.reports.data_files``, and report.html and summary.md per device rendered here), written all or none under their
+``run.outputs.data_files``, and report.html and summary.md per device rendered here), written all or none under their
 final names, then what a complete run no longer needs (stale report files, the journal) removed."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Callable
 from laya_robustness.report.render import REPORT_HTML, SUMMARY_MD, render_report
 from laya_robustness.run.files import write_all
 from laya_robustness.run.outcome import RunOutcome
-from laya_robustness.run.reports.data_files import data_files, remove_stale, report_targets
-from laya_robustness.run.scoring.journal import JOURNAL_DIR
+from laya_robustness.run.outputs.data_files import data_files, remove_stale, report_targets
+from laya_robustness.run.pipeline.journal import JOURNAL_DIR
 
 
 #: ``drawn(device, name)``: the HTML section of plot ``name`` of ``device``'s report.html drawn elsewhere, or None.

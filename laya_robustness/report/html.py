@@ -20,7 +20,7 @@ from laya_robustness.gate.results import NOT_APPLICABLE
 from laya_robustness.records import OPEN, UNPARSED
 from laya_robustness.report import plots
 from laya_robustness.report.build import Report
-from laya_robustness.report.cells import (
+from laya_robustness.report.cell_rows import (
     FAIL,
     MARKS,
     PASS,

@@ -4,7 +4,7 @@
 Known limitations belong to weights: an overlay's ``[measured_on] weights_sha256`` names the weights it was measured
 on, and ``--limitations auto`` applies the embedded default's only to those. A new checkpoint is therefore judged on
 every check, and the checks its predecessor was known to miss fail again until they are declared for the new
-weights. The draft is an overlay (``thresholds.toml``'s schema, read by ``gate.thresholds``) holding:
+weights. The draft is an overlay (``thresholds.toml``'s schema, read by ``gate.limits_file``) holding:
 
 - ``[measured_on] weights_sha256``: the run's ``meta.model.weights_sha256``, as summary.json records it;
 - one ``[[known_limitations]]`` per check that failed in the run's ``checks.json`` (``decision == "fail"``, known or

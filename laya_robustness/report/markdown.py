@@ -2,7 +2,7 @@
 
 Its first line says what the run covered (the scope of its meta). Each block is a table with a row per
 family and a column per dataset; a cell holds the block's headline numbers (3 d.p., no intervals) and its verdict. Failures and fixed known limitations are
-listed below with their detail; the baseline comparison (``report.compare``) follows when given. Every text from the
+listed below with their detail; the baseline comparison (``report.baseline_changes``) follows when given. Every text from the
 model, the server or the data goes through ``md``, the one escaping of every markdown the project writes (this comment
 and ``compare --markdown``): it shows as its own characters, never as markup, a link, HTML, a mention or a new line.
 """
@@ -13,7 +13,7 @@ import re
 from typing import Any, Sequence
 
 from laya_robustness.report.build import Report
-from laya_robustness.report.cells import (
+from laya_robustness.report.cell_rows import (
     FAIL,
     MARKS,
     NO_CHECK,

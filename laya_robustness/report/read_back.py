@@ -34,7 +34,7 @@ SUMMARY, CHECKS, PREDICTIONS = "summary.json", "checks.json", "predictions.jsonl
 MAX_JSON_BYTES = 256 << 20
 #: The deepest nesting of arrays and objects read (a gate's summary nests a few levels deep).
 MAX_NESTING = 64
-#: The numbers a report shows of any cell, besides its family's headlines (``report.cells.columns_of``).
+#: The numbers a report shows of any cell, besides its family's headlines (``report.cell_rows.columns_of``).
 SHOWN = ("acc", "delta", "flip", "ece")
 #: How far a recomputed number may lie from the summary's: one unit of the 6 decimals a summary keeps.
 TOLERANCE = 1.5e-6

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from laya_robustness.gate.limits import resolve_limitations, run_limits
-from laya_robustness.gate.thresholds import ThresholdsError
+from laya_robustness.gate.run_limits import resolve_limitations, run_limits
+from laya_robustness.gate.limits_file import ThresholdsError
 from laya_robustness.run.files import write_all
 from laya_robustness.run.inputs.run_inputs import reread_rows
-from laya_robustness.run.scoring.images import ImageStore
-from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
+from laya_robustness.run.pipeline.image_store import ImageStore
+from laya_robustness.run.pipeline.invariance import INVARIANCE_CONDITIONS
 from laya_robustness.summary import summary_datasets
 
 REPORT_HTML, SUMMARY_MD = "report.html", "summary.md"
@@ -41,8 +41,8 @@ def render_report(
     (``report.html.render_html``).
     """
     from laya_robustness.report.build import build_report
-    from laya_robustness.report.cells import cell_verdicts
-    from laya_robustness.report.compare import summary_changes
+    from laya_robustness.report.cell_rows import cell_verdicts
+    from laya_robustness.report.baseline_changes import summary_changes
     from laya_robustness.report.html import render_html
     from laya_robustness.report.markdown import render_markdown
 
@@ -121,7 +121,7 @@ def render_files(
     show no images. ``thresholds`` / ``limitations``: as the gate's options; a thresholds file that does
     not exist (or None) leaves the verdicts empty.
     """
-    from laya_robustness.report.cells import evaluate_summary
+    from laya_robustness.report.cell_rows import evaluate_summary
 
     predictions = Path(predictions)
     summary, records, invariance = load_run(predictions)

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from laya_robustness.families import FLAT, families_in
 from laya_robustness.records import ORIG
-from laya_robustness.report.cells import probability_lines
+from laya_robustness.report.cell_rows import probability_lines
 
 FLOOR_MARK = "*"
 

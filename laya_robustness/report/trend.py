@@ -1,13 +1,13 @@
 """A model's robustness across checkpoints: the reports of several runs of the same rows (``checkpoint-<step>/``
 folders, as ``training.RobustnessCallback`` writes them), per cell each headline number with its
-interval, and each consecutive pair judged as ``--baseline`` and ``compare`` judge it (``gate.regression.judge_pair``,
+interval, and each consecutive pair judged as ``--baseline`` and ``compare`` judge it (``gate.baseline_limits.judge_pair``,
 under the later checkpoint's ``[gate]``): each dataset's change of accuracy (and of the flip rate of a
 meaning-preserving family) on the same rows, with its interval at the pair's level (``*``: beyond noise), and each
 family's regressions over all its datasets (``REGRESSION``), the ones the callback's ``stop_on_fail="regression"``
 stops on.
 
 Checkpoints whose configuration differs (rows, seed, rows per set, families, scoring, the model apart from its
-weights: ``report.review.configuration_differences``) are refused unless asked to be mixed; mixed, a cell's paired
+weights: ``report.compare.configuration_differences``) are refused unless asked to be mixed; mixed, a cell's paired
 change is shown only where both runs scored the very same rows, so its sign and star agree with the values. An
 incomplete checkpoint (its summary's ``complete: false``) is marked, and a cell its scope did not judge shows no
 value.
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from laya_robustness.gate.regression import PairJudgement, gate_from, judge_pair
+from laya_robustness.gate.baseline_limits import PairJudgement, gate_from, judge_pair
 from laya_robustness.report.html import visible
 from laya_robustness.report.read_back import ReportFolder, read_folder
-from laya_robustness.report.review import configuration_differences
+from laya_robustness.report.compare import configuration_differences
 from laya_robustness.summary import headlines, summarize
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def read_checkpoints(folders: Sequence[str | Path], mix: bool = False) -> list[C
 
 
 def paired_changes(before: Checkpoint, after: Checkpoint) -> tuple[dict[tuple[str, str, str], dict], PairJudgement]:
-    """``after`` judged against ``before`` (their predictions matched row by row: ``gate.regression.judge_pair``):
+    """``after`` judged against ``before`` (their predictions matched row by row: ``gate.baseline_limits.judge_pair``):
     (family, dataset, metric) -> the change ``{diff, ci, method, beyond_noise}`` of each cell both scored on the very
     same rows and judged, and the pair's judgement (its regressions)."""
     seed = int(after.summary.get("meta", {}).get("seed", 0))

@@ -3,5 +3,5 @@ each cell, ends itself with ``finish``), ``outcome`` (``RunOutcome``: what a run
 once), ``scorers`` and ``planned`` (the run's models and where they score; the cells its checks will ask for),
 ``scope`` and ``judged`` (what a report covers; whether anything was judged), ``errors`` (usage and harness errors,
 exit 4 and 3), ``files`` (atomic writes) and ``device_names``. The rooms: ``inputs/`` (what a run is given),
-``scoring/`` (its rows, chunks, journal and invariance conditions), ``executors/`` (where rows are scored, by name)
-and ``reports/`` (what it writes and where)."""
+``pipeline/`` (a cell's variant rows, chunks, journal and invariance conditions, made and scored), ``executors/`` (where rows are scored, by name)
+and ``outputs/`` (the data files it writes, their meta, the report folder's lock)."""

@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 
 from laya_robustness.families import get_family
 from laya_robustness.gate.judgement import Judgement, evaluate_cell, evaluate_invariance
-from laya_robustness.gate.limits import regression_limits
-from laya_robustness.gate.regression import regression_level, regression_results
+from laya_robustness.gate.run_limits import regression_limits
+from laya_robustness.gate.baseline_limits import regression_level, regression_results
 from laya_robustness.gate.results import NOT_APPLICABLE, CheckResult
 from laya_robustness.gate.verdict import Verdict, cell_verdict
 from laya_robustness.metrics.baseline import ALL
@@ -26,14 +26,14 @@ from laya_robustness.run.held import Held
 from laya_robustness.run.inputs.run_inputs import RunInputs
 from laya_robustness.run.outcome import Ending, RunOutcome, incomplete_reason
 from laya_robustness.run.planned import PlannedCells
-from laya_robustness.run.reports.data_files import device_reports
-from laya_robustness.run.reports.lock import FolderHold, RunIdentity
-from laya_robustness.run.reports.meta import RunFacts
+from laya_robustness.run.outputs.data_files import device_reports
+from laya_robustness.run.outputs.lock import FolderHold, RunIdentity
+from laya_robustness.run.outputs.meta import RunFacts
 from laya_robustness.run.scope import cut_short
 from laya_robustness.run.scorers import RunScorers
-from laya_robustness.run.scoring.images import rows_with_pixels
-from laya_robustness.run.scoring.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
-from laya_robustness.run.scoring.models import identity_key
+from laya_robustness.run.pipeline.image_store import rows_with_pixels
+from laya_robustness.run.pipeline.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
+from laya_robustness.run.pipeline.models import identity_key
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 
@@ -156,7 +156,7 @@ class GateRun:
     # -- the report folder ----------------------------------------------------------------------
 
     def claim_report_dir(self, on_wait: Callable[[object], None] | None = None) -> None:
-        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.reports.lock.FolderHold``);
+        """Hold (or check that this run still holds) the lock of ``--report-dir`` (``run.outputs.lock.FolderHold``);
         ``on_wait(holder)`` is told when another run holds it and this one waits. Raises ``UsageError`` or
         ``HarnessError``."""
         self._held.lock_notes += self._folder.claim(on_wait)
@@ -273,7 +273,7 @@ class GateRun:
     @property
     def n_interval_checks(self) -> int:
         """m: how many limits of the whole run are judged on their interval (each gets alpha / m); the regression
-        checks against a --baseline are a family of their own (``gate.regression``), so a run's limits are judged
+        checks against a --baseline are a family of their own (``gate.baseline_limits``), so a run's limits are judged
         alike with or without one."""
         if self._n_interval_checks is None:
             t = self.thresholds
@@ -364,7 +364,7 @@ class GateRun:
                          ece_floor_sims=s.ece_floor_sims, baseline=baseline)
 
     def _facts(self) -> RunFacts:
-        """What the reports' meta blocks say of this run (``run.reports.meta.RunFacts``)."""
+        """What the reports' meta blocks say of this run (``run.outputs.meta.RunFacts``)."""
         return RunFacts(self._settings, self.rows, self.caption_rows, self._inputs.spec.inputs_meta(),
                         dict(self.identities), self.model_name, self._root,
                         {device: self._models.executor_meta(device) for device in self._held.devices()})

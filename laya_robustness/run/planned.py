@@ -1,5 +1,5 @@
 """A run's cells on their way to being scored: the rows each (family, dataset) scores, the
-``run.scoring.cells.CellWork`` that scores them, journaled as they are scored (``score``), and the cells the run's
+``run.pipeline.cell_scoring.CellWork`` that scores them, journaled as they are scored (``score``), and the cells the run's
 checks will ask for (``plan``), scored as one stream where the run's executor streams
 (``run.executors.base.Executor.streams``: this process, ``run.executors.local_stream``; a Ray pool,
 ``run.executors.ray_stream``; the ranks of a world, ``run.executors.distributed``)."""
@@ -11,11 +11,11 @@ from typing import Sequence
 from laya_robustness.families import get_family
 from laya_robustness.records import ORIG
 from laya_robustness.run.errors import UsageError, stops_run
-from laya_robustness.run.scoring.cells import CellBuildError, CellPlan, CellWork
-from laya_robustness.run.scoring.chunks import consecutive_chunk_rows, scoring_chunks
-from laya_robustness.run.scoring.journal import JOURNAL_DIR, open_journal
-from laya_robustness.run.scoring.models import identity_key
-from laya_robustness.run.scoring.variants import VariantImages, adopt, builds_on_executor, family_variants
+from laya_robustness.run.pipeline.cell_scoring import CellBuildError, CellPlan, CellWork
+from laya_robustness.run.pipeline.chunks import consecutive_chunk_rows, scoring_chunks
+from laya_robustness.run.pipeline.journal import JOURNAL_DIR, open_journal
+from laya_robustness.run.pipeline.models import identity_key
+from laya_robustness.run.pipeline.variant_rows import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
 
 
@@ -31,7 +31,7 @@ class PlannedCells:
         self.journals: dict[str, object] = {}  # identity key -> the journal this process appends to
 
     def journal(self, device: str, source: str):
-        """The journal this process appends ``source`` records of ``device`` to (``run.scoring.journal``)."""
+        """The journal this process appends ``source`` records of ``device`` to (``run.pipeline.journal``)."""
         key = identity_key(device, source)
         if key not in self.journals:
             run, s = self.run, self.run.settings
@@ -72,7 +72,7 @@ class PlannedCells:
 
     def rows(self, family: str, dataset: str, executor=None):
         """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
-        family allows (``run.scoring.variants``); built by the chunk ``executor`` where the run's executor
+        family allows (``run.pipeline.variant_rows``); built by the chunk ``executor`` where the run's executor
         ``builds_variants`` (a Ray pool: on its actors)."""
         run = self.run
         if run.variants is not None and (family, dataset) in run.variants:
@@ -89,13 +89,13 @@ class PlannedCells:
         return rows
 
     def work(self, rows, journal, executor, scorer=None, complete: bool = True) -> CellWork:
-        """The scoring of one cell's ``rows`` in the local run's chunks (``run.scoring.cells.CellWork``)."""
+        """The scoring of one cell's ``rows`` in the local run's chunks (``run.pipeline.cell_scoring.CellWork``)."""
         run = self.run
         return CellWork(rows, self.chunks(rows, scorer), journal,
                         VariantImages(rows, run.inputs.images, executor, give_back=run.kept_freed_memory), complete)
 
     def chunks(self, rows, scorer=None) -> list[list[int]]:
-        """The local run's chunks of one cell's ``rows`` (``run.scoring.chunks.scoring_chunks``)."""
+        """The local run's chunks of one cell's ``rows`` (``run.pipeline.chunks.scoring_chunks``)."""
         s = self.run.settings
         return scoring_chunks(rows, s.scoring_path, s.batch_size,
                               per_row=scorer is not None and capabilities(scorer).answers_in_text)

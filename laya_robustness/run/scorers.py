@@ -10,7 +10,7 @@ from pathlib import Path
 from laya_robustness.embedded import EMBEDDED_DUAL_MODEL, is_embedded
 from laya_robustness.run.errors import HarnessError, stops_run
 from laya_robustness.run.executors.registry import make_executor
-from laya_robustness.run.scoring.models import (
+from laya_robustness.run.pipeline.models import (
     DUAL_ENCODER_TYPES,
     identity_key,
     is_dual_encoder,

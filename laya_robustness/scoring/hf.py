@@ -4,7 +4,7 @@ An option's logit is log p(answer text | prompt) summed over the answer's tokens
 knowledge (template, image inputs, positions, masks, head) lives in ``scoring.adapters``; ``HFVLMScorer`` loads a
 checkpoint (``from_pretrained``) or takes a model in memory (``from_model``) and wires its parts: the inputs and
 their caches (``hf_images``), the batch plan (``hf_planning``), the forward (``hf_forward``), the shared prefixes
-(``hf_prefix_runs``) and the paths over rows (``hf_paths``):
+(``hf_prefix_runs``) and the strategies over rows (``hf_strategies``: batch, per option, predict):
 
 - **batch** (``score_batch``): all k options of a row in one sequence with block option attention
   (``scoring.layout``), ``batch_size`` rows per forward in length-sorted buckets; bf16 autocast on
@@ -68,7 +68,7 @@ from laya_robustness.scoring.hf_images import (
     pixel_values,
     vision_chunks,
 )
-from laya_robustness.scoring.hf_paths import Paths
+from laya_robustness.scoring.hf_strategies import Paths
 from laya_robustness.scoring.hf_planning import Planner, buckets
 from laya_robustness.scoring.hf_prefix_runs import PrefixRuns
 from laya_robustness.scoring.in_memory import adapters, unwrapped
@@ -230,7 +230,7 @@ class HFVLMScorer:
     def forget_images(self, digests) -> None:
         """Let go of everything kept of these images (content keys): their pixels, prompt layouts, prompts, vision
         features and prompt prefixes. The run calls it with the variant images whose last row is done, which
-        no later row asks for (``run.scoring.variants.VariantImages``); asked for again, an image is prepared, encoded
+        no later row asks for (``run.pipeline.variant_rows.VariantImages``); asked for again, an image is prepared, encoded
         and run anew."""
         gone = set(digests)
         self._images.forget(gone)

@@ -1,6 +1,6 @@
 """lgip_paraphrase, lgip_flip and lgip_combined: language-guided invariance probing of a dual encoder.
 
-The builders and their rules are in ``laya_robustness.families.lgip.variants``, the metrics in
+The builders and their rules are in ``laya_robustness.families.lgip.caption_variants``, the metrics in
 ``laya_robustness.metrics.lgip``; this module declares the three families. They run on caption
 rows (``--captions``) scored by a dual encoder (a CLIP / SigLIP ``--model``, or ``--dual-model``),
 and are reported in the ``"lgip"`` block. Headline metrics, over the cell's pairs (a paraphrase or
@@ -19,7 +19,7 @@ from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
 from laya_robustness.families import Family, declare
-from laya_robustness.families.lgip import variants as lgip
+from laya_robustness.families.lgip import caption_variants as lgip
 from laya_robustness.metrics.headline import Headline
 from laya_robustness.metrics.lgip import lgip_cell, lgip_pairs
 

@@ -3,7 +3,7 @@ what it does (streams the run's cells, builds variant images where it scores, ho
 process) and gives, per (device, row source), a ``ChunkExecutor``: ``records(chunks)`` yields ``(index, records)``
 of each chunk of rows as it is scored, in any order (each chunk scored in one ``Scoring.records`` call, so its
 batches and its records are a local run's), and ``forget_images(digests)`` lets its scorers forget images no row
-still needs (``run.scoring.variants``)."""
+still needs (``run.pipeline.variant_rows``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from laya_robustness.rows import Row
 from laya_robustness.scoring.base import capabilities
 
 if TYPE_CHECKING:
-    from laya_robustness.run.scoring.cells import CellPlan, CellProgress
+    from laya_robustness.run.pipeline.cell_scoring import CellPlan, CellProgress
 
 
 class ChunkExecutor(Protocol):

@@ -43,9 +43,9 @@ from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.executors.local import LocalExecutor
-from laya_robustness.run.scoring.cells import CellPlan, CellProgress, CellWork
-from laya_robustness.run.scoring.journal import Journal, row_key
-from laya_robustness.run.scoring.prefetch import made_ahead
+from laya_robustness.run.pipeline.cell_scoring import CellPlan, CellProgress, CellWork
+from laya_robustness.run.pipeline.journal import Journal, row_key
+from laya_robustness.run.pipeline.prefetch import made_ahead
 from laya_robustness.weights import short_hashes
 
 
@@ -303,7 +303,7 @@ class SharedCells:
         owner = share([len(works[c].scoring.pending[i][0]) for c, i in chunks], size)
         own: dict[int, list[Record]] = {}
         error = None
-        # this rank's chunks, the next ones' pixels made while one is scored (``run.scoring.prefetch``), each
+        # this rank's chunks, the next ones' pixels made while one is scored (``run.pipeline.prefetch``), each
         # journaled and its images let go as soon as it is scored, as in a local run
         mine = [n for n in range(len(chunks)) if owner[n] == rank]
         waiting = [work.scoring.chunks() for work in works]

@@ -14,8 +14,8 @@ from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.executors.base import ChunkExecutor, alone, forget_images
 from laya_robustness.run.executors.local_stream import LocalStream
-from laya_robustness.run.scoring.chunks import Scoring
-from laya_robustness.run.scoring.prefetch import chunks_ahead
+from laya_robustness.run.pipeline.chunks import Scoring
+from laya_robustness.run.pipeline.prefetch import chunks_ahead
 from laya_robustness.scoring.base import capabilities
 
 
@@ -51,7 +51,7 @@ class LocalExecutor:
 
     def invariance_run(self, device: str, source: str, rows: Sequence[Row], batch_size: int, temperatures):
         """The invariance conditions of ``rows`` on the scorer loaded here."""
-        from laya_robustness.run.scoring.invariance import invariance_run
+        from laya_robustness.run.pipeline.invariance import invariance_run
 
         return invariance_run(self.scorers.scorer(device, source), rows, batch_size, temperatures)
 

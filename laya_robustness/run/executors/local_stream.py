@@ -1,10 +1,10 @@
 """A run's cells scored here as one stream (``--executor local``: ``LocalExecutor.stream``), so the device does not wait
-between cells either: while a chunk is scored, the next one is made on the prefetch thread (``run.scoring.prefetch``),
+between cells either: while a chunk is scored, the next one is made on the prefetch thread (``run.pipeline.prefetch``),
 and at a cell's last chunk that is the next planned cell's rows (its variants built) with its first chunk's pixels.
 
 The cells are scored one after another in the run's plan (``GateRun.plan``); a cell asked out of plan order goes
 first, the planned ones after it follow. Each cell keeps the local run's chunks, batches and records
-(``run.scoring.cells.CellWork``), each chunk journaled as it is scored, in this thread: the prefetch thread builds rows
+(``run.pipeline.cell_scoring.CellWork``), each chunk journaled as it is scored, in this thread: the prefetch thread builds rows
 and makes pixels, and touches neither the journal nor the scorer. An error (a cell's scorer, its build, Ctrl-C) ends
 the stream's thread before it propagates, and the next cell asked starts it again; a cell built ahead and never
 scored lets its images go.
@@ -17,11 +17,11 @@ from typing import Callable, Iterator, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
-from laya_robustness.run.scoring.cells import CellBuildError, CellPlan, CellProgress, CellWork
-from laya_robustness.run.scoring.chunks import Scoring
-from laya_robustness.run.scoring.images import rows_with_pixels
-from laya_robustness.run.scoring.journal import row_key
-from laya_robustness.run.scoring.prefetch import made_ahead
+from laya_robustness.run.pipeline.cell_scoring import CellBuildError, CellPlan, CellProgress, CellWork
+from laya_robustness.run.pipeline.chunks import Scoring
+from laya_robustness.run.pipeline.image_store import rows_with_pixels
+from laya_robustness.run.pipeline.journal import row_key
+from laya_robustness.run.pipeline.prefetch import made_ahead
 
 
 @dataclass

@@ -9,11 +9,11 @@ from laya_robustness.records import Record
 from laya_robustness.rows import Row
 from laya_robustness.run.device_names import device_name
 from laya_robustness.run.executors.base import forget_images
-from laya_robustness.run.scoring.chunks import Scoring
-from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES, ImageStore, bind_images, rows_with_pixels
-from laya_robustness.run.scoring.invariance import InvarianceRun
-from laya_robustness.run.scoring.models import load_source_scorer
-from laya_robustness.run.scoring.variants import family_variants, image_counts
+from laya_robustness.run.pipeline.chunks import Scoring
+from laya_robustness.run.pipeline.image_store import DEFAULT_IMAGE_CACHE_BYTES, ImageStore, bind_images, rows_with_pixels
+from laya_robustness.run.pipeline.invariance import InvarianceRun
+from laya_robustness.run.pipeline.models import load_source_scorer
+from laya_robustness.run.pipeline.variant_rows import family_variants, image_counts
 from laya_robustness.scoring.malloc import give_back_freed_memory
 from laya_robustness.scoring.malloc import keep_freed_memory as keep_malloc_freed_memory
 
@@ -30,7 +30,7 @@ def load_scoring(settings, model: str, device: str, dual: bool) -> Scoring:
 
 class ScoringActor:
     """The body of one actor: the ``Scoring`` of each row source (``loads[source]()``), each loaded once on
-    first use, and their invariance runs. Rows arrive with their images waiting (``run.scoring.images``: a source image
+    first use, and their invariance runs. Rows arrive with their images waiting (``run.pipeline.image_store``: a source image
     as its file's bytes, a variant image as the recipe that builds it); the actor makes their pixels, holding what it
     made in its own image store of ``image_cache_bytes`` until the front end says no row waits for it. With
     ``keep_freed_memory`` (``--keep-freed-memory``, as in the front end) malloc keeps freed memory for reuse
@@ -75,7 +75,7 @@ class ScoringActor:
             give_back_freed_memory()
 
     def variants(self, source: str, rows: Sequence[Row], family: str, seed: int, keep: bool = False) -> list[Row]:
-        """``family``'s variant rows of the source ``rows`` (``run.scoring.variants.family_variants``), built here:
+        """``family``'s variant rows of the source ``rows`` (``run.pipeline.variant_rows.family_variants``), built here:
         their images wait in this actor's store, and travel back as the recipes that build them; with ``keep``, each
         source row's new images are also kept in Ray's object store for the actor that scores them
         (``VariantBuild.keep``)."""
@@ -87,12 +87,12 @@ class ScoringActor:
 
     def image_counts(self) -> dict:
         """The variant images this actor built, kept, took from another actor and built again
-        (``run.scoring.variants.IMAGE_COUNTS``)."""
+        (``run.pipeline.variant_rows.IMAGE_COUNTS``)."""
         return image_counts()
 
     def forget_images(self, source: str, digests: Sequence[str]) -> None:
         """Let the store and ``source``'s scorer forget these images, where it can (``forget_images``;
-        ``run.scoring.variants``)."""
+        ``run.pipeline.variant_rows``)."""
         self.store.forget(digests)
         with self.device_lock:
             if source in self.scorings:

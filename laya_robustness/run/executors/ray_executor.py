@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from laya_robustness.run.errors import HarnessError, UsageError
 from laya_robustness.run.executors.base import alone
 from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, ray_installed
-from laya_robustness.run.scoring.models import expected_weights, identity_key
+from laya_robustness.run.pipeline.models import expected_weights, identity_key
 
 if TYPE_CHECKING:
-    from laya_robustness.run.scoring.cells import CellPlan
+    from laya_robustness.run.pipeline.cell_scoring import CellPlan
     from laya_robustness.run.executors.ray_pool import PoolChunkExecutor, RayActorPool
     from laya_robustness.run.executors.ray_stream import RayStream
 

@@ -5,7 +5,7 @@ records)`` of each shard as an actor finishes it, in any order, and each shard i
 call, so its batches are the local run's and so are its records. Underneath, ``results(feed)`` takes shards from a
 feed as actors free up, so a feed may give shards that depend on results already yielded (``ray_stream``: a run's
 cells). Scheduling: an actor has at most ``PIPELINE`` shards in flight (one scoring, one waiting, so it never idles
-while the next is sent); where chunks are made ahead (``run.scoring.prefetch.chunks_ahead``, N), it runs
+while the next is sent); where chunks are made ahead (``run.pipeline.prefetch.chunks_ahead``, N), it runs
 ``PIPELINE + N`` calls side by side, so a chunk's pixels and a group's variants are made while it scores another chunk (at most
 N chunks beside the one being scored). Scoring goes first: a free actor takes a waiting chunk to score before a
 group to build, and a group to build never waits behind a chunk on an actor (the cell's later rows wait for it), so
@@ -34,10 +34,10 @@ from laya_robustness.rows import Row
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.executors.ray_actor import ScoringActor
 from laya_robustness.run.executors.ray_cluster import ClusterLost
-from laya_robustness.run.scoring.chunks import Scoring
-from laya_robustness.run.scoring.images import DEFAULT_IMAGE_CACHE_BYTES
-from laya_robustness.run.scoring.prefetch import chunks_ahead
-from laya_robustness.run.scoring.variants import expected_chunks
+from laya_robustness.run.pipeline.chunks import Scoring
+from laya_robustness.run.pipeline.image_store import DEFAULT_IMAGE_CACHE_BYTES
+from laya_robustness.run.pipeline.prefetch import chunks_ahead
+from laya_robustness.run.pipeline.variant_rows import expected_chunks
 from laya_robustness.scoring.cache import ByteLRU
 from laya_robustness.weights import short_hashes
 
@@ -167,7 +167,7 @@ class RayActorPool:
     ``image_cache_bytes`` of images and, with ``keep_freed_memory``, has malloc keep freed memory
     (``ScoringActor``)."""
 
-    #: Chunks an actor makes ready while it scores one (``run.scoring.prefetch.chunks_ahead``); 0: one call at a time.
+    #: Chunks an actor makes ready while it scores one (``run.pipeline.prefetch.chunks_ahead``); 0: one call at a time.
     ahead = 0
 
     def __init__(self, loads: Mapping[str, Callable[[], Scoring]], device: str, n_actors: int, gpus: bool,
@@ -337,7 +337,7 @@ class RayActorPool:
     @staticmethod
     def variant_groups(rows: Sequence[Row], chunks: Sequence[int]) -> list[tuple[int, Sequence[Row]]]:
         """``rows`` (source rows) in the groups whose variants one actor builds in one call, each with the chunk
-        its variant rows are expected to land in (``chunks``, one per row, ``run.scoring.variants.expected_chunks``):
+        its variant rows are expected to land in (``chunks``, one per row, ``run.pipeline.variant_rows.expected_chunks``):
         the rows of one chunk cut into ``GROUPS_PER_CHUNK`` groups, which the actor that claims the chunk builds."""
         groups: list[tuple[int, Sequence[Row]]] = []
         start = 0
@@ -513,7 +513,7 @@ class PoolChunkExecutor:
         return self.pool.variants(self.source, family, rows, seed)
 
     def forget_images(self, digests) -> None:
-        """Tell every actor's scorer to forget these images (``run.scoring.variants.VariantImages`` does, once no row
+        """Tell every actor's scorer to forget these images (``run.pipeline.variant_rows.VariantImages`` does, once no row
         waits for them: no shard in flight asks for them). Not waited for: an actor runs its calls in the order sent."""
         for slot in self.pool.slots:
             slot.actor.forget_images.remote(self.source, list(digests))

@@ -7,7 +7,7 @@ of them idle; each caller waits only for its own cell (a cell asked out of order
 bounded by the pool's lookahead: a later cell is started (its rows built or sent to be built) only when fewer than
 ``LOOKAHEAD`` shards per actor wait, so the front end holds the rows of a few cells, not of the run.
 
-Each cell keeps the local run's chunks, batches and records (``run.scoring.cells.CellWork``): only the order in which
+Each cell keeps the local run's chunks, batches and records (``run.pipeline.cell_scoring.CellWork``): only the order in which
 chunks reach the actors changes. Every chunk is journaled as it arrives, so a run stopped (Ctrl-C, ``-x``, a lost
 cluster) leaves a journal ``--resume`` takes up, cells scored ahead included. A shard whose scorer raised fails its
 own cell only: the stream sends the others again and goes on.
@@ -20,9 +20,9 @@ from typing import Callable, Iterator, Sequence
 from laya_robustness.records import Record
 from laya_robustness.rows import PendingImage, Row
 from laya_robustness.run.executors.ray_pool import FALLBACK_CHUNK_ROWS, RayActorPool, Shard
-from laya_robustness.run.scoring.cells import CellBuildError, CellPlan, CellProgress, CellWork
-from laya_robustness.run.scoring.chunks import consecutive_chunks
-from laya_robustness.run.scoring.variants import VariantBuild, expected_chunks
+from laya_robustness.run.pipeline.cell_scoring import CellBuildError, CellPlan, CellProgress, CellWork
+from laya_robustness.run.pipeline.chunks import consecutive_chunks
+from laya_robustness.run.pipeline.variant_rows import VariantBuild, expected_chunks
 
 BUILD, SCORE = "build", "score"
 #: Chunks per actor whose variant images the stream keeps built ahead of their scoring, at most.
@@ -76,9 +76,9 @@ class RayStream:
     ``CellPlan`` when the stream starts it. ``records(key, progress)`` waits for one cell.
 
     A cell's variants are built in the groups of source rows ``RayActorPool.variant_groups`` cuts by the chunk their
-    variant rows are expected to land in (``run.scoring.variants.expected_chunks``), so that one actor builds a chunk's
+    variant rows are expected to land in (``run.pipeline.variant_rows.expected_chunks``), so that one actor builds a chunk's
     rows and scores it. The variant images an actor builds are kept for the actor that scores them
-    (``run.scoring.variants.VariantBuild``: in Ray's object store, so they are built once) while the images kept for
+    (``run.pipeline.variant_rows.VariantBuild``: in Ray's object store, so they are built once) while the images kept for
     rows not yet scored stay under ``KEPT_CHUNKS_PER_ACTOR`` chunks per actor (their bytes estimated from the groups
     built so far, at most half the cluster's object store): past that, a group waits to be built while chunks are being
     scored, and is built without keeping its images (rebuilt where scored) when none is."""

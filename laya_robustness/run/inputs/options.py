@@ -21,7 +21,7 @@ from laya_robustness.embedded import (
     EMBEDDED_MODEL,
 )
 from laya_robustness.families import default_families, family_names
-from laya_robustness.gate.limits import resolve_limitations
+from laya_robustness.gate.run_limits import resolve_limitations
 from laya_robustness.loaders.settings import (
     data_map_of,
     parse_allow_outside_data,

@@ -1,7 +1,7 @@
 """A run's rows: the sampled source rows of every dataset under ``--data`` with the user's rephrasings and
 translations attached, and the caption rows with the user's paraphrases; read once at the start of a run,
 and read again the same way from a finished run's meta (``reread_rows``: the report and the layerwise
-analysis rebuild what the run scored). Given an image store (``run.scoring.images.ImageStore``), the question rows'
+analysis rebuild what the run scored). Given an image store (``run.pipeline.image_store.ImageStore``), the question rows'
 images wait in it, each decoded once at load for its content key; without one they are decoded and held."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from laya_robustness.families.rephrase import attach_variants
 from laya_robustness.families.row_set import RowSet, SampledRows
 from laya_robustness.loaders import LoadSettings, RowErrors, SourceRow, scan_rows
 from laya_robustness.loaders.captions import load_captions
-from laya_robustness.loaders.variants import load_paraphrases, read_user_file
+from laya_robustness.loaders.variant_files import load_paraphrases, read_user_file
 from laya_robustness.rng import keyed_rng
 from laya_robustness.rows import REPHRASINGS, TRANSLATIONS, Row, RowError
 from laya_robustness.run.errors import UsageError
-from laya_robustness.run.scoring.images import ImageStore, waiting_rows
+from laya_robustness.run.pipeline.image_store import ImageStore, waiting_rows
 
 RowLike = TypeVar("RowLike")  # a Row, or a loader's SourceRow (row_id, dataset, load())
 #: The reading rules a run's meta records under ``inputs`` (``LoadSettings``' fields).
@@ -45,7 +45,7 @@ def load_source_rows(data: str | Path, rows_per_set: int, seed: int, settings: L
     row set they were sampled from (``families.row_set.SampledRows``).
 
     Every row is validated and every image checked from its header first; then every sampled row's
-    images are decoded, held (no ``store``) or only keyed and left waiting in ``store`` (``run.scoring.images``);
+    images are decoded, held (no ``store``) or only keyed and left waiting in ``store`` (``run.pipeline.image_store``);
     a row of the set outside the sample has its images read so only when a family asks for them (``row_set``).
     Raises RowError for bad data, FileNotFoundError for none.
     """
@@ -247,9 +247,9 @@ class RunInputs:
     def thresholds(self):
         """The limits: ``--thresholds`` with the ``--limitations`` overlay, validated against the declarations."""
         if self._thresholds is None:
-            from laya_robustness.gate.limits import run_limits
-            from laya_robustness.gate.thresholds import ThresholdsError
-            from laya_robustness.run.scoring.invariance import INVARIANCE_CONDITIONS
+            from laya_robustness.gate.run_limits import run_limits
+            from laya_robustness.gate.limits_file import ThresholdsError
+            from laya_robustness.run.pipeline.invariance import INVARIANCE_CONDITIONS
 
             def read():
                 try:

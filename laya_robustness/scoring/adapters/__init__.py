@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from laya_robustness.scoring.adapters.base import Adapter
+from laya_robustness.scoring.adapters.default import Adapter
 from laya_robustness.scoring.adapters.gemma import Gemma3Adapter, PaliGemmaAdapter
 from laya_robustness.scoring.adapters.idefics import Idefics2Adapter, IdeficsAdapter
 from laya_robustness.scoring.adapters.llava import LlavaAdapter, LlavaOnevisionAdapter

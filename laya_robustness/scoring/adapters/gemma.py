@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from laya_robustness.rows import Row
-from laya_robustness.scoring.adapters.base import Adapter
+from laya_robustness.scoring.adapters.default import Adapter
 from laya_robustness.scoring.prompt import user_text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from laya_robustness.scoring.adapters.base import Adapter
+from laya_robustness.scoring.adapters.default import Adapter
 
 
 class IdeficsAdapter(Adapter):

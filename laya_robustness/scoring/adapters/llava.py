@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from laya_robustness.scoring.adapters.base import Adapter
+from laya_robustness.scoring.adapters.default import Adapter
 
 
 class LlavaAdapter(Adapter):

@@ -99,7 +99,7 @@ class ImageSource:
     a family, rebuilt), named ``what`` in errors; ``keep`` says whether what it makes is held in the store for
     later chunks (a source image, which every family reads) or only for the chunk that asked (a variant).
 
-    A source whose ``make`` is ``portable`` (``DecodeImage``, ``run.scoring.variants.VariantBuild``) travels with its
+    A source whose ``make`` is ``portable`` (``DecodeImage``, ``run.pipeline.variant_rows.VariantBuild``) travels with its
     rows to a Ray actor, which makes the pixels there: it is pickled without its store (``store`` None: nothing held
     until ``bind_images`` gives it the actor's) and with ``make.travelling()``."""
 
@@ -228,7 +228,7 @@ def waiting_rows(rows: Sequence[SourceRow], store: ImageStore) -> list[Row]:
 
 
 class DecodeImage:
-    """``make`` of a source image: ``ref`` (``loaders.images.ImageRef``) decoded. It travels (``travelling``) as its
+    """``make`` of a source image: ``ref`` (``loaders.image_refs.ImageRef``) decoded. It travels (``travelling``) as its
     encoded bytes, so an actor on another machine decodes the same pixels without the file: once Ray is started in
     this process, as one Ray object made once (``shared``: every chunk that names the image carries the object's
     reference, not the bytes, so what the front end sends does not grow with the chunks; ``shared_bytes`` says

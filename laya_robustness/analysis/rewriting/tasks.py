@@ -6,7 +6,7 @@
   language -> text, the ``translations`` of a ``--translations`` line.
 
 A reject is ``{"text", "reason"}`` (and ``"language"`` for a translation), reasons from
-:data:`~laya_robustness.analysis.variants.checks.REASONS`.
+:data:`~laya_robustness.analysis.rewriting.checks.REASONS`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from laya_robustness.analysis.variants.checks import (check_rephrasing, check_translation, rephrase_candidates,
+from laya_robustness.analysis.rewriting.checks import (check_rephrasing, check_translation, rephrase_candidates,
                                                       translation_candidate)
-from laya_robustness.analysis.variants.prompts import rephrase_prompt, translate_prompt
+from laya_robustness.analysis.rewriting.prompts import rephrase_prompt, translate_prompt
 from laya_robustness.families.rephrase import TRANSLATIONS_KEY, USER_KEY
 from laya_robustness.rows import Row
 

@@ -39,7 +39,7 @@ import re
 import unicodedata
 from typing import Sequence
 
-from laya_robustness.analysis.variants.prompts import LATIN, language_script
+from laya_robustness.analysis.rewriting.prompts import LATIN, language_script
 from laya_robustness.rows import Row
 
 #: Every reason a candidate can be rejected for, in the order the checks run (``extra``: beyond ``n``).

@@ -1,6 +1,6 @@
 """Caption variants for language-guided invariance probing: paraphrases, semantic flips, and both.
 
-Every builder is pure, ``(rows, seed) -> variant rows``, over caption rows (``captions.py``);
+Every builder is pure, ``(rows, seed) -> variant rows``, over caption rows (``loaders.captions``);
 each variant replaces the caption (``options[0]``), keeps group and cluster, and records
 what it did in ``meta``. A rule that does not apply produces no row.
 
@@ -26,7 +26,7 @@ Rewrites (kind ``rewrite``):
   "there is|are" agrees with the new first phrase).
 
 User paraphrases (kind ``user``, rule ``user_<k>``): texts given per row id in a JSONL file
-(``loaders.variants.load_paraphrases``), passed to :func:`build_paraphrases`.
+(``loaders.variant_files.load_paraphrases``), passed to :func:`build_paraphrases`.
 
 ``lgip_flip`` (meaning contradicted; ``meta``: ``attribute``, ``strength``, ``from``, ``to``):
 one substitution of a colour word, an object word or a count, which must contradict the image.

@@ -20,9 +20,9 @@ from laya_robustness.answers import normalize_answer
 from laya_robustness.metrics.calibration import DEFAULT_TEMPERATURES, calibrated_probs
 from laya_robustness.records import OPEN, UNPARSED_ANSWER, Record
 from laya_robustness.rows import Row
-from laya_robustness.run.scoring.images import rows_with_pixels
-from laya_robustness.run.scoring.journal import Journal, row_key
-from laya_robustness.run.scoring.prefetch import made_ahead
+from laya_robustness.run.pipeline.image_store import rows_with_pixels
+from laya_robustness.run.pipeline.journal import Journal, row_key
+from laya_robustness.run.pipeline.prefetch import made_ahead
 from laya_robustness.scoring.base import Answer, capabilities
 
 #: Batches of the batch path per scoring chunk (the unit that is journaled, and that the progress bar counts).
@@ -170,7 +170,7 @@ def consecutive_chunks(start: int, total: int, size: int, last: bool = True) -> 
 
 
 class ChunksWithPixels(collections.abc.Sequence):
-    """The chunks of rows an executor scores, each given its pixels (``run.scoring.images.rows_with_pixels``) only when
+    """The chunks of rows an executor scores, each given its pixels (``run.pipeline.image_store.rows_with_pixels``) only when
     it is asked for: a run's rows carry waiting images, and only the chunks in hand hold decoded ones."""
 
     def __init__(self, rows: Sequence[Row], chunks: Sequence[Sequence[int]]):
@@ -192,7 +192,7 @@ class ChunksWithPixels(collections.abc.Sequence):
 
     def ahead(self) -> Iterator[list[Row]]:
         """Each chunk with its pixels, in order, the next ones made while the caller scores this one
-        (``run.scoring.prefetch.made_ahead``)."""
+        (``run.pipeline.prefetch.made_ahead``)."""
         return made_ahead(self[index] for index in range(len(self)))
 
 

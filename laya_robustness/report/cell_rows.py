@@ -127,7 +127,7 @@ def evaluate_summary(summary: Mapping[str, Any], thresholds, invariance: Mapping
     its detail saying so.
     """
     from laya_robustness.gate.judgement import Judgement
-    from laya_robustness.run.scoring.invariance import limits_section
+    from laya_robustness.run.pipeline.invariance import limits_section
 
     cells = []
     for block in summary_blocks(summary):

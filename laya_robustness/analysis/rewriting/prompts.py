@@ -7,7 +7,7 @@ translation followed by a request, in that language, to answer in English (the s
 every translated question for an English answer, so the English options and labels stay valid).
 
 Both ask for the same meaning, every name, number and detail kept, no answer and no mention of answer
-options; the checks of :mod:`~laya_robustness.analysis.variants.checks` enforce what they can of that.
+options; the checks of :mod:`~laya_robustness.analysis.rewriting.checks` enforce what they can of that.
 The study generated its variants with Qwen3-8B and does not publish its prompts' text; these are the
 project's own. A template's sha256 (:func:`prompt_sha256`) changes with any edit, so variants written
 with another wording are never mixed into one file (the command refuses to resume across it).

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from laya_robustness.embedded import EMBEDDED_LIMITATIONS, is_embedded
 from laya_robustness.families import compares_flips, declared
-from laya_robustness.gate.thresholds import Gate, Thresholds, ThresholdsError, load_thresholds, measured_on
+from laya_robustness.gate.limits_file import Gate, Thresholds, ThresholdsError, load_thresholds, measured_on
 from laya_robustness.weights import short_hashes, weight_hashes
 
 

@@ -30,7 +30,7 @@ from PIL import Image
 
 from laya_robustness.families import BUILD_THREADS, build_variants, get_family
 from laya_robustness.rows import PendingImage, Row, image_digest, remember_digest
-from laya_robustness.run.scoring.images import ImageSource, ImageStore, decoded_bytes, streamed_map
+from laya_robustness.run.pipeline.image_store import ImageSource, ImageStore, decoded_bytes, streamed_map
 from laya_robustness.scoring.malloc import give_back_freed_memory
 
 #: Source rows of a pixel family under way at once on the build threads (their variants held until stored).
@@ -38,7 +38,7 @@ BUILD_WINDOW_ROWS = 2 * BUILD_THREADS
 #: Variant images this process built (``built``: in ``family_variants``), kept in Ray's object store (``kept``),
 #: took from there (``fetched``) and built again where they were scored (``built_again``).
 IMAGE_COUNTS: Counter = Counter()
-_COUNTS_LOCK = threading.Lock()  # counted from the image threads (``run.scoring.images``) as well
+_COUNTS_LOCK = threading.Lock()  # counted from the image threads (``run.pipeline.image_store``) as well
 #: Seconds an actor waits for variant images another actor keeps before it builds them itself.
 FETCH_TIMEOUT_S = 60.0
 #: Mean source-image pixels a row from which a pixel family is built on the build threads; below it, one thread
@@ -143,7 +143,7 @@ def image_counts() -> dict:
 
 class VariantBuild:
     """``make`` of one source row's variant images in family ``name``: the row's variants built again. It travels
-    (``run.scoring.images.ImageSource``) with the row and its images' sources, so a Ray actor builds them where it
+    (``run.pipeline.image_store.ImageSource``) with the row and its images' sources, so a Ray actor builds them where it
     scores
     them. ``ref``: where the actor that first built them keeps them (a Ray object of (content key, image) pairs,
     ``nbytes`` decoded): another actor takes them from there instead of building them again, and builds them again

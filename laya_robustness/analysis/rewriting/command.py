@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from laya_robustness.analysis.variants.generator import ChatGenerator, TextGenerator
-from laya_robustness.analysis.variants.pipeline import sibling, write_variants
-from laya_robustness.analysis.variants.prompts import language_name
-from laya_robustness.analysis.variants.tasks import Rephrase, Translate
+from laya_robustness.analysis.rewriting.generator import ChatGenerator, TextGenerator
+from laya_robustness.analysis.rewriting.pipeline import sibling, write_variants
+from laya_robustness.analysis.rewriting.prompts import language_name
+from laya_robustness.analysis.rewriting.tasks import Rephrase, Translate
 from laya_robustness.families.rephrase import LANGUAGE_CODE
 from laya_robustness.loaders import scan_rows
 from laya_robustness.rows import Row
@@ -19,7 +19,7 @@ TASKS = ("rephrase", "translate")
 
 
 def parse_languages(text: str) -> tuple[str, ...]:
-    """Comma-separated language codes, each one :mod:`~laya_robustness.analysis.variants.prompts` knows, no repeats."""
+    """Comma-separated language codes, each one :mod:`~laya_robustness.analysis.rewriting.prompts` knows, no repeats."""
     codes = tuple(c.strip() for c in text.split(",") if c.strip())
     if not codes:
         raise ValueError("--languages: give at least one language code, e.g. fr,de")

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from laya_robustness.gate.limits import regression_limits
+from laya_robustness.gate.run_limits import regression_limits
 from laya_robustness.gate.results import CheckResult, fmt
-from laya_robustness.gate.thresholds import CORRECTIONS, Gate
+from laya_robustness.gate.limits_file import CORRECTIONS, Gate
 from laya_robustness.metrics.baseline import ALL
 from laya_robustness.metrics.regression import ChangeCall, judge_change
 

@@ -24,9 +24,9 @@ from laya_robustness.predictions import predictions_bytes
 from laya_robustness.records import Record
 from laya_robustness.run.held import Held
 from laya_robustness.run.outcome import DeviceReport, RunOutcome
-from laya_robustness.run.reports.meta import RunFacts, invariance_meta, run_meta
+from laya_robustness.run.outputs.meta import RunFacts, invariance_meta, run_meta
 from laya_robustness.run.scope import Scope
-from laya_robustness.run.scoring.invariance import CONDITION_NAMES, DUAL_CONDITIONS, DUAL_PREFIX
+from laya_robustness.run.pipeline.invariance import CONDITION_NAMES, DUAL_CONDITIONS, DUAL_PREFIX
 
 #: The files a run writes in a report folder (what a complete run cleans up when it does not rewrite them).
 REPORT_FILES = ("summary.json", "predictions.jsonl.gz", "invariance.json", "checks.json", "report.html", "summary.md")

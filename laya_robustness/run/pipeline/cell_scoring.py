@@ -10,8 +10,8 @@ from typing import Callable, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
-from laya_robustness.run.scoring.chunks import JournaledCell
-from laya_robustness.run.scoring.variants import VariantImages
+from laya_robustness.run.pipeline.chunks import JournaledCell
+from laya_robustness.run.pipeline.variant_rows import VariantImages
 
 class CellBuildError(Exception):
     """A cell's rows could not be built (its variants, in the front end or on an actor): ``error`` is the builder's
@@ -27,8 +27,8 @@ CellProgress = Callable[[int], object]
 
 
 class CellWork:
-    """The scoring of one cell's ``rows`` (``run.scoring.chunks.JournaledCell`` over ``chunks``), its variant images
-    (``run.scoring.variants.VariantImages``) let go as rows are done. Progress is shown once a caller waits for the cell
+    """The scoring of one cell's ``rows`` (``run.pipeline.chunks.JournaledCell`` over ``chunks``), its variant images
+    (``run.pipeline.variant_rows.VariantImages``) let go as rows are done. Progress is shown once a caller waits for the cell
     (``show``): a cell scored ahead of its test shows nothing until its test runs. A cell whose rows arrive as they
     are built starts ``complete=False``, is given them with ``extend`` and is told ``finished_rows`` after the last."""
 
@@ -73,7 +73,7 @@ class CellWork:
         self.images.all_done()
 
     def score(self, executor, progress: CellProgress) -> list[Record]:
-        """Score the cell now on ``executor`` (``records(chunks)``, see ``run.scoring.chunks.score_journaled``)."""
+        """Score the cell now on ``executor`` (``records(chunks)``, see ``run.pipeline.chunks.score_journaled``)."""
         self.show(progress)
         try:
             return self.scoring.score(executor)

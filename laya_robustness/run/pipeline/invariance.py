@@ -30,7 +30,7 @@ import numpy as np
 from laya_robustness.metrics.calibration import calibrated_probs
 from laya_robustness.records import NO_PROBABILITIES, UNPARSED_ANSWER
 from laya_robustness.rows import Row
-from laya_robustness.run.scoring.chunks import cluster_indices
+from laya_robustness.run.pipeline.chunks import cluster_indices
 from laya_robustness.scoring.base import Answer, capabilities
 
 FP32, BF16 = "fp32", "bf16"

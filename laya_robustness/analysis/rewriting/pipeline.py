@@ -27,9 +27,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from laya_robustness.analysis.variants.checks import REASONS
-from laya_robustness.analysis.variants.generator import TextGenerator
-from laya_robustness.analysis.variants.prompts import prompt_sha256
+from laya_robustness.analysis.rewriting.checks import REASONS
+from laya_robustness.analysis.rewriting.generator import TextGenerator
+from laya_robustness.analysis.rewriting.prompts import prompt_sha256
 from laya_robustness.rows import Row
 from laya_robustness.run.files import atomic_write
 
