@@ -37,7 +37,6 @@ base model, is scored with its adapters in place (``scoring.in_memory.unwrapped`
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import sys
@@ -57,7 +56,7 @@ from laya_robustness.run.executors.registry import DISTRIBUTED
 from laya_robustness.run.executors.roll_call import Roll, RollCall
 from laya_robustness.run.files import atomic_write
 from laya_robustness.run.gate_run import GateRun
-from laya_robustness.run.inputs.options import InMemoryModel, parse_settings
+from laya_robustness.run.inputs.options import InMemoryModel, parse_settings, settings_for_model
 from laya_robustness.run.inputs.run_inputs import RunInputs
 from laya_robustness.scoring.sharded import sharded_by, unknown_shards
 from laya_robustness.stopping import GATE_BROKE, NOTHING_JUDGED, check_policy, decide, failed_key
@@ -306,9 +305,9 @@ class RobustnessCallback(TrainerCallback):
         ranks, main = (None, True) if alone else (sharing_world(), _main())
         scratch = None if main else Path(tempfile.mkdtemp(prefix="laya-rank-"))
         in_memory = InMemoryModel(model, processor)
-        settings = dataclasses.replace(
-            self.settings, report_dir=scratch or self._folder(step),
-            device=str(next(model.parameters()).device), model_name=in_memory.name, model=None, in_memory=in_memory,
+        settings = settings_for_model(
+            self.settings, in_memory, root=self.root, report_dir=scratch or self._folder(step),
+            device=str(next(model.parameters()).device),
             executor=DISTRIBUTED if ranks is not None else self.settings.executor)
         run = GateRun(settings, root=self.root, inputs=self._inputs, variants=self._variants)
         self._inputs = run.inputs

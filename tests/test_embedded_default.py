@@ -1,4 +1,5 @@
-"""Whether a run's model, rows or captions are the embedded default's is decided once (``embedded.is_embedded``):
+"""Whether a run's model, rows or captions are the embedded default's is decided once (``embedded.is_embedded``, through
+``run.inputs.resolution.embedded_parts`` when the settings are made):
 the limits (``auto`` applies the embedded known limitations) and the run's scorers (the embedded dual encoder, the
 user's own rows) always agree."""
 
@@ -9,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from laya_robustness.embedded import EMBEDDED_DATA, EMBEDDED_LIMITATIONS, EMBEDDED_MODEL, is_embedded
-from laya_robustness.gate.run_limits import resolve_limitations
+from laya_robustness.run.inputs.resolution import embedded_parts, resolve_limitations
 from laya_robustness.gate.limits_file import measured_on
 from laya_robustness.run.scorers import RunScorers
 
@@ -18,7 +19,10 @@ MEASURED = measured_on(ROOT / EMBEDDED_LIMITATIONS)
 
 
 def scorers(model, data) -> RunScorers:
-    settings = SimpleNamespace(model=model, data=data, captions=None, in_memory=None, executor="local")
+    """The run's scorers over settings whose embedded parts are found as ``parse_settings`` finds them."""
+    embedded = embedded_parts({"model": model, "data": data, "captions": None}, ROOT)
+    settings = SimpleNamespace(model=model, data=data, captions=None, in_memory=None, executor="local",
+                               embedded=embedded, is_embedded=lambda name: name in embedded)
     return RunScorers(settings, ROOT, [])
 
 

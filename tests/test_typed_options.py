@@ -101,3 +101,39 @@ def test_a_model_in_memory_is_a_source_of_the_model_in_the_settings():
     # only --model takes an object as it is
     assert option("--model").objects == (InMemoryModel,)
     assert all(not o.objects for o in OPTIONS if o.flag != "--model")
+
+
+def test_parsing_the_options_reads_nothing_from_the_disk(monkeypatch):
+    """``typed_values`` is pure: with every way of reading a path broken, it still gives every option's value; the
+    disk is read by ``resolution.resolve`` alone (a checkpoint's directory, the weights a limitations file names)."""
+    def no_disk(*args, **kwargs):
+        raise AssertionError("the options' parsing read the disk")
+
+    given = {"--model": "/no/such/checkpoint", "--data": "rows", "--limitations": "my-limits.toml",
+             "--journal": "rows/journal", "--dual-model": "./no/dual"}
+    for name in ("exists", "is_dir", "is_file", "resolve", "stat", "open", "read_bytes", "read_text"):
+        monkeypatch.setattr(Path, name, no_disk)
+    monkeypatch.setattr("builtins.open", no_disk)
+    values = options_module.typed_values(given, root=ROOT)
+    monkeypatch.undo()
+    assert values["model"] == "/no/such/checkpoint" and values["data"] == ROOT / "rows"
+    assert values["limitations"] == "my-limits.toml" and values["dual_model"] == "./no/dual"
+    with pytest.raises(UsageError, match="--model: no directory /no/such/checkpoint"):
+        parse_settings(given, root=ROOT)
+
+
+def test_the_callback_s_settings_for_its_model_go_through_the_one_constructor():
+    """At each evaluation the Trainer callback's settings are those of its model in memory, every option given again
+    to ``parse_settings``: the same as the settings it started with apart from the model and what it changed, and a
+    changed value is checked as ``run_gate``'s arguments are."""
+    start = parse_settings({"--limitations": "none", "--dual-model": "none", "--seed": 3}, root=ROOT,
+                           model_given=False)
+    source = InMemoryModel(_Model(), processor="its processor")
+    settings = options_module.settings_for_model(start, source, root=ROOT, report_dir=Path("/tmp/at-step-2"),
+                                                 device="cpu", executor="local")
+    assert settings.in_memory is source and settings.model is None and settings.model_name == "my/checkpoint"
+    assert settings.report_dir == Path("/tmp/at-step-2") and settings.seed == 3
+    # the model in memory is not the embedded default's, whatever the settings started with
+    assert start.is_embedded("model") and not settings.is_embedded("model") and settings.is_embedded("data")
+    with pytest.raises(UsageError, match="--device"):
+        options_module.settings_for_model(start, source, root=ROOT, device="tpu")

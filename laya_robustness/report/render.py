@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from laya_robustness.gate.run_limits import resolve_limitations, run_limits
+from laya_robustness.gate.run_limits import run_limits
+from laya_robustness.run.inputs.resolution import resolve_limitations
 from laya_robustness.gate.limits_file import ThresholdsError
 from laya_robustness.run.files import write_all
 from laya_robustness.run.inputs.run_inputs import reread_rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from laya_robustness.embedded import EMBEDDED_DUAL_MODEL, is_embedded
+from laya_robustness.embedded import EMBEDDED_DUAL_MODEL
 from laya_robustness.run.errors import HarnessError, stops_run
 from laya_robustness.run.executors.registry import make_executor
 from laya_robustness.run.pipeline.models import (
@@ -91,9 +91,9 @@ class RunScorers:
         return None
 
     def _embedded(self, name: str) -> bool:
-        """Whether the setting ``name`` (model, data, captions) is the embedded default's (``embedded.is_embedded``;
-        a model in memory is not)."""
-        return is_embedded(name, getattr(self.settings, name), self.root)
+        """Whether the setting ``name`` (model, data, captions) is the embedded default's (``Settings.embedded``,
+        found once with the settings; a model in memory is not)."""
+        return self.settings.is_embedded(name)
 
     @property
     def own_data(self) -> bool:

@@ -21,7 +21,6 @@ from laya_robustness.embedded import (
     EMBEDDED_MODEL,
 )
 from laya_robustness.families import default_families, family_names
-from laya_robustness.gate.run_limits import resolve_limitations
 from laya_robustness.loaders.settings import (
     data_map_of,
     parse_allow_outside_data,
@@ -31,6 +30,7 @@ from laya_robustness.loaders.settings import (
 from laya_robustness.run.errors import UsageError
 from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, parse_ray_address
 from laya_robustness.run.executors.registry import executor_entry, executor_names
+from laya_robustness.run.inputs.resolution import Resolution, resolve
 from laya_robustness.scoring.factory import SERVED_SCORER, scorer_names
 from laya_robustness.scoring.served import endpoint_parts
 
@@ -461,34 +461,12 @@ class Settings:
     limitations_note: str | None = None
     # the model, when it is one loaded in memory (``model`` is then None and ``model_name`` its name)
     in_memory: InMemoryModel | None = field(default=None, compare=False, repr=False)
+    # which of model, data and captions are the embedded default's (``resolution.embedded_parts``)
+    embedded: frozenset = frozenset()
 
-
-def checkpoint(text: str, bases: tuple[Path, ...], flag: str = "--model") -> str:
-    """The model ``text`` names, as every process of the run loads it: a local directory as an absolute path
-    (relative to the first of ``bases`` that holds it: the rootdir, then the folder the run was started in, where
-    ``from_pretrained`` looks), else ``text`` itself (a hub id). Absolute, so a Ray actor started in another folder
-    loads the same directory. A text that can only be a local path (``looks_local``) and names none is a usage error
-    naming ``flag``."""
-    path = Path(text).expanduser()
-    for base in bases:
-        local = path if path.is_absolute() else Path(base) / path
-        if local.exists():
-            return str(local)
-    if looks_local(text):
-        where = "" if path.is_absolute() else f" (looked in {', '.join(str(b) for b in dict.fromkeys(bases))})"
-        raise bad_value(flag, f"no directory {text}{where}; a local checkpoint is a directory that exists, a hub id "
-                              f"is org/name")
-    return text
-
-
-def looks_local(text: str) -> bool:
-    """Whether ``text`` can only name a local path, never a hub id (``org/name``): it starts with ``/``, ``.`` or
-    ``~``, or has more than one ``/``.
-
-    >>> [looks_local(t) for t in ("HuggingFaceTB/SmolVLM-256M-Instruct", "./ckpt", "/models/a", "runs/a/b", "gpt2")]
-    [False, True, True, True, False]
-    """
-    return text.startswith(("/", ".", "~")) or text.count("/") > 1
+    def is_embedded(self, name: str) -> bool:
+        """Whether the setting ``name`` (model, data, captions) is the embedded default's."""
+        return name in self.embedded
 
 
 def check_executor(values: Mapping[str, Any], given: Collection[str], xdist_workers: object) -> None:
@@ -514,14 +492,15 @@ def check_served(values: dict) -> None:
                         f"--scorer {SERVED_SCORER} --endpoint http://127.0.0.1:8000/v1")
 
 
-def parse_settings(given_values: Mapping[str, Any], *, root: Path, cwd: Path | None = None, model_given: bool = True,
-                   given: Collection[str] = (), xdist_workers: object = None) -> Settings:
-    """Every option from what was given (``given_values``: flag -> its text, or a Python value: ``Option.take``; a
-    flag left out takes its default); a bad value raises UsageError naming the option. Relative paths are resolved
-    against ``root``; a relative model directory against ``root``, then ``cwd``. ``--model`` may be an
-    ``InMemoryModel``. ``model_given``: ``--model`` was set (a served model left without one is the endpoint's only
-    model); ``given``: the flags that were set on the command line or as arguments (an executor's own options
-    given to another: ``check_executor``); ``xdist_workers``: ``-n``."""
+def typed_values(given_values: Mapping[str, Any], *, root: Path, model_given: bool = True,
+                 given: Collection[str] = (), xdist_workers: object = None) -> dict[str, Any]:
+    """Every option's value by field from what was given (``given_values``: flag -> its text, or a Python value:
+    ``Option.take``; a flag left out takes its default), checked, its paths joined to ``root`` when relative; pure
+    (nothing here reads the disk). A bad value raises UsageError naming the option. ``--model`` may be an
+    ``InMemoryModel`` (``values["in_memory"]``, its ``model`` None); ``model_given``: ``--model`` was set (a served
+    model left without one is the endpoint's only model: ``model`` None); ``given``: the flags set on the command
+    line or as arguments (an executor's own options given to another: ``check_executor``); ``xdist_workers``:
+    ``-n``. ``model_name`` is the model as the user gave it."""
     values: dict[str, Any] = {}
     for opt in OPTIONS:
         try:
@@ -529,57 +508,60 @@ def parse_settings(given_values: Mapping[str, Any], *, root: Path, cwd: Path | N
         except ValueError as exc:
             raise bad_value(opt.flag, exc) from None
     check_executor(values, given, xdist_workers)
-    resolve = lambda text: resolved(root, text)  # noqa: E731
-    bases = (root, cwd or Path.cwd())
-    model_name = values.pop("model")
-    in_memory = model_name if isinstance(model_name, InMemoryModel) else None
-    served = values["scorer"] == SERVED_SCORER
-    if in_memory is not None:  # scored as it stands, by the hf scorer
+    model = values["model"]
+    values["in_memory"] = model if isinstance(model, InMemoryModel) else None
+    if values["in_memory"] is not None:  # scored as it stands, by the hf scorer
         if values["scorer"] != "hf":
             raise bad_value("--scorer", f"{values['scorer']!r}: a model loaded in memory is scored by the hf scorer",
                             "--scorer hf")
-        model_name, model = in_memory.name, None
-    elif served:  # the server's model id, as it is; omitted: the endpoint's only model
+        values["model_name"], values["model"] = model.name, None
+    elif values["scorer"] == SERVED_SCORER:  # the server's model id, as it is; omitted: the endpoint's only model
         check_served(values)
-        model_name = model_name if model_given else AUTO_MODEL
-        model = None if model_name == AUTO_MODEL else model_name
+        values["model_name"] = model if model_given else AUTO_MODEL
+        values["model"] = None if values["model_name"] == AUTO_MODEL else values["model_name"]
     else:
-        model = checkpoint(model_name, bases)
-    data = resolve(values.pop("data"))
-    # the weights behind a server or in memory are not known here: auto applies no overlay to them
-    limitations, limitations_note = resolve_limitations(values.pop("limitations"), None if served else model, data,
-                                                        root=root)
-    dual = values.pop("dual_model")
-    if dual not in ("auto", "none"):
-        dual = checkpoint(dual, bases, "--dual-model")
-    paraphrases = values.pop("paraphrases")
-    for name in ("rephrasings", "translations"):
-        values[name] = None if values[name] == "none" else resolve(values[name])
-    journal = values.pop("journal")
-    values["journal"] = None if journal == "auto" else resolve(journal)
-    if values["journal"] is not None and _inside(values["journal"], data):
-        raise bad_value("--journal", f"{values['journal']} is inside --data {data}: --resume would read its files as "
-                        "rows", "--journal reports/journal")
-    baseline = values.pop("baseline")
-    values["baseline"] = None if baseline == "none" else resolve(baseline)
-    return Settings(
-        model_name=model_name, model=model, data=data, limitations=limitations, limitations_note=limitations_note,
-        captions=resolve(values.pop("captions")), dual_model=None if dual == "none" else dual,
-        paraphrases=None if paraphrases == "none" else resolve(paraphrases),
-        thresholds=resolve(values.pop("thresholds")), report_dir=resolve(values.pop("report_dir")),
-        in_memory=in_memory, **values,
-    )
+        values["model_name"] = model
+    join = lambda text: resolved(root, text)  # noqa: E731
+    for name in ("data", "captions", "thresholds", "report_dir"):
+        values[name] = join(values[name])
+    for name in ("rephrasings", "translations", "paraphrases", "baseline"):
+        values[name] = None if values[name] == "none" else join(values[name])
+    values["journal"] = None if values["journal"] == "auto" else join(values["journal"])
+    values["dual_model"] = None if values["dual_model"] == "none" else values["dual_model"]
+    return values
 
 
-def _inside(path: Path, data: Path) -> bool:
-    """Whether ``path`` is the folder of rows ``data`` or lies under it (where every file is read as rows)."""
-    if not data.is_dir():
-        return False
-    try:
-        path.resolve().relative_to(data.resolve())
-    except ValueError:
-        return False
-    return True
+def settings_from(values: Mapping[str, Any], resolution: Resolution) -> Settings:
+    """The one constructor of ``Settings``: the options' typed values (``typed_values``) with what they name on
+    this machine (``resolution.resolve``); pure. A journal inside --data is a usage error naming --journal."""
+    if resolution.journal_inside_data:
+        raise bad_value("--journal", f"{values['journal']} is inside --data {values['data']}: --resume would read its "
+                        "files as rows", "--journal reports/journal")
+    return Settings(**{**values, "model": resolution.model, "dual_model": resolution.dual_model,
+                       "limitations": resolution.limitations, "limitations_note": resolution.limitations_note,
+                       "embedded": resolution.embedded})
+
+
+def parse_settings(given_values: Mapping[str, Any], *, root: Path, cwd: Path | None = None, model_given: bool = True,
+                   given: Collection[str] = (), xdist_workers: object = None) -> Settings:
+    """Every option from what was given, as pytest's text, ``run_gate``'s arguments and the Trainer callback give
+    them: ``typed_values`` (pure), then ``resolution.resolve`` (the checkpoints, the known limitations and the
+    embedded default's parts, on this machine; a relative model directory against ``root``, then ``cwd``), then
+    ``settings_from``. A bad value raises UsageError naming the option."""
+    values = typed_values(given_values, root=root, model_given=model_given, given=given, xdist_workers=xdist_workers)
+    found = resolve(values, root=root, cwd=cwd or Path.cwd(), served=values["scorer"] == SERVED_SCORER,
+                    typed=lambda flag: option(flag).typed())
+    return settings_from(values, found)
+
+
+def settings_for_model(settings: Settings, model: InMemoryModel, *, root: Path, **changes: Any) -> Settings:
+    """``settings`` for ``model``, a model in memory (the Trainer callback's, at each evaluation), with ``changes``
+    (option field -> Python value): every option given again to ``parse_settings`` as the settings hold it, so a
+    changed value is checked as ``run_gate``'s arguments are."""
+    given = {opt.flag: getattr(settings, opt.field) for opt in OPTIONS if opt.field != "model"}
+    given.update({by_field(name).flag: value for name, value in changes.items()})
+    given["--model"] = model
+    return parse_settings(given, root=root)
 
 
 def resolved(root: Path, text: str) -> Path:
