@@ -194,7 +194,7 @@ def run_gate(model: Any = None, *, processor: Any = None, data: str | Path | Non
         _remove(scratch)
         raise exc.for_arguments() from None
     run = GateRun(settings, root=root, progress=_progress(progress))
-    if in_memory and run.models.run_executor.holds_scorers:
+    if in_memory and run.executor.holds_scorers:
         _remove(scratch)
         raise UsageError("executor: a model loaded in memory is scored in this process: executor='local'")
     try:
@@ -268,11 +268,11 @@ def judge_run(run: GateRun, invariance: bool = True, write: bool = False) -> Gat
     run.validate_inputs()
     if write:
         run.claim_report_dir()
-    run.models.connect_cluster()
-    if run.models.served and (why := run.models.endpoint_unreachable()):
+    run.scorers.connect_cluster()
+    if run.models.served and (why := run.scorers.endpoint_unreachable()):
         raise HarnessError(why, stops_run=True)
     family_cells = [(family.name, dataset) for family in declared()
-                    if family.name == ORIG or family.name in run.families for dataset in run.rows_of(family.name)]
+                    if family.name == ORIG or family.name in run.settings.families for dataset in run.rows_of(family.name)]
     checks: list[tuple[str, Callable[[], Any]]] = [
         (f"{f}[{d}-{device}]", lambda f=f, d=d: run.check_family(f, d, device)) for f, d in family_cells]
     runnable = set(run.run_cells())  # on Ray, scored as one stream from the first check on, in the checks' order
@@ -283,7 +283,7 @@ def judge_run(run: GateRun, invariance: bool = True, write: bool = False) -> Gat
                    for c in DUAL_CONDITIONS]
     if run.settings.baseline is not None:
         checks += [(f"no_regression[{f}-{device}]", lambda f=f: run.check_regression(f, device))
-                   for f in [ORIG, *run.families]]
+                   for f in [ORIG, *run.settings.families]]
     tally = JudgedTally()
     for name, check in checks:
         try:
@@ -322,17 +322,17 @@ def _result(run: GateRun, device: str, failures: list[Failure], skipped: dict, w
     """The run's outcome (``GateRun.finish``), its reports written when asked, as a ``GateResult``; its harness
     errors raised once they are reported. A run that judged nothing is not passed (``GateResult.nothing_judged``
     says why) and its reports say it is incomplete."""
-    families = run.families
+    families = run.settings.families
     narrowed = () if tuple(families) == default_of("--families") else (f"--families {','.join(families)}",)
     nothing = tally.nothing_judged()
     outcome = run.finish(Ending(status=EXIT_LIMIT_CROSSED if failures else 0, narrowed_by=narrowed,
                                 nothing_judged=nothing))
-    ranks = run.models.run_executor.sharing_world()  # the ranks that do not write draw rank 0's plots
+    ranks = run.executor.sharing_world()  # the ranks that do not write draw rank 0's plots
     if write:
         from laya_robustness.report.drawn_elsewhere import DrawnElsewhere
         from laya_robustness.report.folder import written_to
 
-        outcome = written_to(outcome, run.report_dir, None if ranks is None else DrawnElsewhere())
+        outcome = written_to(outcome, run.settings.report_dir, None if ranks is None else DrawnElsewhere())
     elif ranks is not None and ranks[0] != 0 and not outcome.harness_errors:  # a broken run ends at once, naming why
         from laya_robustness.report.drawn_elsewhere import draw_for_writer
 

@@ -57,13 +57,13 @@ class Family:
     flat table shows (flat families only); ``title`` / ``short`` are its column headers. A flat family's
     ``cell``, when it has one, adds its own numbers to the flat cell. ``row_wise`` says that a row's
     variants depend on that row and the seed alone, in row order (``build(rows) == [v for r in rows for v
-    in build([r])]``; tests/test_row_wise.py checks it): such a family is built in parallel chunks, and a
+    in build([r])]``; tests/families/test_row_wise.py checks it): such a family is built in parallel chunks, and a
     report rebuilds only the rows it shows. ``reads_pixels`` says that the builder reads the pixels of its
     rows' images; one that only keeps, drops or moves images between rows declares False and is built on rows
-    whose images wait undecoded (``rows.PendingImage``; tests/test_reads_pixels.py checks it). ``reads_row_set`` says
+    whose images wait undecoded (``rows.PendingImage``; tests/families/test_reads_pixels.py checks it). ``reads_row_set`` says
     that the builder draws from other rows of the dataset (a donor's images, a borrowed option) and is called
     ``build(rows, seed, row_set)`` with the dataset's whole row set (``families.row_set.RowSet``; None: ``rows`` are
-    their own), so that a sampled row's variants are those of the run of every row (tests/test_row_set.py checks
+    their own), so that a sampled row's variants are those of the run of every row (tests/families/test_row_set.py checks
     every family). ``slow`` marks
     its gate test ``slow`` (it runs only when ``-m`` names slow); ``default`` says whether ``--families``
     selects it when not given. ``when_empty`` is what the gate says when the family builds no variant of a set

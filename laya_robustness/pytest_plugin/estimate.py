@@ -191,7 +191,8 @@ def show_time_left(config, state, nodeids: list[str], skipped: set[str] = frozen
     if reporter is None or state.time_left is not None:
         return
     try:
-        rows = {name: len(rows) for source in (state.run.rows, state.run.caption_rows) for name, rows in source.items()}
+        inputs = state.run.inputs
+        rows = {name: len(rows) for source in (inputs.rows, inputs.caption_rows) for name, rows in source.items()}
         datasets = list(rows)
     except Exception:  # unreadable inputs are reported as usage errors elsewhere
         return

@@ -2,18 +2,19 @@
 as pytest registers the package (``pytest_addhooks``), so its hooks keep the package's place among other plugins'
 (syrupy's, pytest-benchmark's: pytest calls those registered later first). In ``pytest_configure`` it picks this
 process's part of the run (``roles.Lead``, or ``roles.Worker`` in an xdist worker), which holds the process's
-``RobustnessSession``; the hooks take the run from collection to the verdict."""
+``RobustnessSession``, and, in xdist's controller only, registers ``controller.XdistController`` (xdist's hooks); the
+hooks take the run from collection to the verdict."""
 
 from __future__ import annotations
 
 import pytest
 
 from laya_robustness.pytest_plugin import pytest_options
-from laya_robustness.pytest_plugin.estimate import show_time_left
+from laya_robustness.pytest_plugin.controller import XdistController
 from laya_robustness.pytest_plugin.gate_tests import FAMILY_ATTRIBUTE, markers
 from laya_robustness.pytest_plugin.roles import Lead, Worker
 from laya_robustness.pytest_plugin.selection import planned_cells
-from laya_robustness.pytest_plugin.session import GPU_DEVICE, RUN_KEY, RobustnessSession
+from laya_robustness.pytest_plugin.session import GPU_DEVICE, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
 from laya_robustness.run.judged import NO_CUDA
 
@@ -46,6 +47,8 @@ class GatePlugin:
         self.config = config
         _terminate_as_interrupt(config)
         self.role = Worker(config) if hasattr(config, "workerinput") else Lead(config)  # the one place that asks
+        if XdistController.wanted(config):  # xdist's controller: its hooks registered here only
+            config.pluginmanager.register(XdistController(self.role), XdistController.name)
         if self.state.settings.keep_freed_memory:
             from laya_robustness.scoring.malloc import keep_freed_memory
 
@@ -63,7 +66,7 @@ class GatePlugin:
             why = "--keep-freed-memory no" if not state.settings.keep_freed_memory else "the C library is not glibc"
             lines = [f"laya-robustness: malloc left as it is ({why})"]
         if state.served:
-            lines.append(f"laya-robustness: {state.run.models.served_capability()}")
+            lines.append(f"laya-robustness: {state.run.scorers.served_capability()}")
         if state.settings.limitations_note:
             lines.append(f"laya-robustness: {state.settings.limitations_note}")
         sharing = prefix_sharing_line(state.settings)
@@ -162,11 +165,11 @@ class GatePlugin:
 
     def _connect_cluster(self) -> None:
         """--executor ray: connect before any test runs; an unreachable cluster ends the run at once (exit 3)."""
-        models = self.state.run.models
+        scorers = self.state.run.scorers
         try:
-            models.connect_cluster()
+            scorers.connect_cluster()
         except HarnessError as exc:
-            models.harness_error(str(exc))
+            scorers.harness_error(str(exc))
             pytest.exit(f"harness error: {exc}", returncode=EXIT_HARNESS)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -198,7 +201,7 @@ class GatePlugin:
         state = self.state
         if state.usage_error is not None or session.config.option.collectonly:
             return
-        if state.run.models.run_executor.streams:
+        if state.run.executor.streams:
             state.run.plan(planned_cells(session.items, state.run))
         self.role.collected(session)
 
@@ -206,7 +209,7 @@ class GatePlugin:
         if item.get_closest_marker("gpu") is None:
             return
         state = self.state
-        cluster = state.run.models.cluster
+        cluster = state.run.executor.cluster
         if cluster is not None:  # --executor ray: the actors' GPUs count, not this machine's
             if not cluster.resources().get("GPU"):
                 pytest.skip(f"the Ray cluster at {state.settings.ray_address} has no GPU: gpu-marked tests need one")
@@ -230,36 +233,6 @@ class GatePlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.role.finish(session, exitstatus)
 
-    # -- xdist's controller (they run nowhere else) ----------------------------------------------------------------
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
-        # under xdist the controller knows the tests by their ids, from the first worker that collected them
-        if self.state.usage_error is None and not node.config.option.collectonly:
-            show_time_left(node.config, self.state, list(ids), workers=int(node.config.getoption("numprocesses", 1) or 1))
-
-    @pytest.hookimpl(optionalhook=True, tryfirst=True)
-    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
-        # -n alone: one worker per dataset (see pytest_plugin.xdist); an explicit --dist is the user's choice
-        if config.getoption("dist", default="no") != "load" or _dist_given(config):
-            return None
-        from laya_robustness.pytest_plugin.xdist import DatasetScheduling
-
-        return DatasetScheduling(config, log, self.state.datasets_for_collection())
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node) -> None:
-        # the workers share the controller's run: its lock of --report-dir, its journal names
-        node.workerinput[RUN_KEY] = self.state.run.run_identity.as_dict()
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node, error) -> None:
-        from laya_robustness.pytest_plugin.xdist import PAYLOAD_KEY, merge_payload
-
-        payload = getattr(node, "workeroutput", {}).get(PAYLOAD_KEY)
-        if payload:
-            merge_payload(self.state, payload)
-
     @pytest.hookimpl(trylast=True)  # the verdict is what a run ends on: after syrupy's and pytest-benchmark's
     def pytest_terminal_summary(self, terminalreporter) -> None:
         self.role.summary(terminalreporter)
@@ -275,16 +248,6 @@ def _judges_cells(item: pytest.Item) -> bool:
     """A gate check of cells: a family test, or the summary snapshot (every cell's numbers)."""
     family = hasattr(getattr(item, "function", None), FAMILY_ATTRIBUTE)
     return _is_gate_check(item) and (family or "snapshot" in getattr(item, "fixturenames", ()))
-
-
-def _dist_given(config: pytest.Config) -> bool:
-    """Whether the user chose an xdist mode (--dist / -d / --distload) on the command line or in addopts."""
-    import os
-    import shlex
-
-    words = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
-             *config.getini("addopts")]
-    return any(w in ("-d", "--distload", "--dist") or w.startswith("--dist=") for w in words)
 
 
 def _terminate_as_interrupt(config: pytest.Config) -> None:

@@ -26,7 +26,7 @@ class Lead:
     def start(self) -> None:
         # A served model's endpoint is reached once, before anything is collected: a dead one ends the run at once.
         if self.state.served:
-            unreachable = self.state.run.models.endpoint_unreachable()
+            unreachable = self.state.run.scorers.endpoint_unreachable()
             if unreachable:
                 pytest.exit(f"harness error (exit 3, not a gate failure): {unreachable}", returncode=EXIT_HARNESS)
 
@@ -63,7 +63,7 @@ class Lead:
         if selected:  # before this run's reports replace the earlier run's
             from laya_robustness.pytest_plugin.earlier import folded
 
-            outcome = outcome.with_folded(folded(outcome, state.run.report_dir))
+            outcome = outcome.with_folded(folded(outcome, state.run.settings.report_dir))
         if state.run.has_reports():
             outcome = self._written(outcome)
         state.outcome = outcome
@@ -83,7 +83,7 @@ class Lead:
         if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
             ended = f"the run ended with exit status {int(exitstatus)} ({pytest.ExitCode(exitstatus).name})"
         stopped = session.shouldstop or session.shouldfail or None
-        narrowed = narrowed_by(session.config, self.state.run.families, bool(stopped))
+        narrowed = narrowed_by(session.config, self.state.run.settings.families, bool(stopped))
         return Ending(status=int(session.exitstatus), ended=ended, stopped=stopped and str(stopped),
                       narrowed_by=tuple(narrowed), nothing_judged=nothing_judged)
 
@@ -107,7 +107,7 @@ class Lead:
             self.state.claim_report_dir()
         except (UsageError, HarnessError) as exc:
             return outcome.with_errors([f"the reports were not written: {exc}"])
-        return written_to(outcome, self.state.run.report_dir)
+        return written_to(outcome, self.state.run.settings.report_dir)
 
 
 class Worker:

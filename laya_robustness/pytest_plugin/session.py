@@ -69,14 +69,14 @@ class RobustnessSession:
     report_dir = property(lambda self: self.settings.report_dir)
     served = property(lambda self: self.run.models.served)
     dual_model = property(lambda self: self.run.models.dual_model)
-    rows = property(lambda self: _skipping(lambda: self.run.rows))
-    datasets = property(lambda self: _skipping(lambda: self.run.datasets))
-    caption_rows = property(lambda self: _skipping(lambda: self.run.caption_rows))
-    thresholds = property(lambda self: _skipping(lambda: self.run.thresholds))
+    rows = property(lambda self: _skipping(lambda: self.run.inputs.rows))
+    datasets = property(lambda self: _skipping(lambda: self.run.inputs.datasets))
+    caption_rows = property(lambda self: _skipping(lambda: self.run.inputs.caption_rows))
+    thresholds = property(lambda self: _skipping(lambda: self.run.inputs.thresholds))
 
     def scorer(self, device: str, source: str = "rows"):
         """The model scoring ``source`` rows on ``device`` in this process, loaded once."""
-        return self.run.models.scorer(device, source)
+        return self.run.scorers.scorer(device, source)
 
     def full_summary(self, device: str) -> dict:
         """The summary of every cell the run asks for on ``device`` (scoring what is missing)."""
@@ -131,10 +131,10 @@ class RobustnessSession:
             return []
 
     def datasets_for_collection(self) -> list[str]:
-        return self._kept(lambda: self.run.datasets)
+        return self._kept(lambda: self.run.inputs.datasets)
 
     def caption_sets_for_collection(self) -> list[str]:
-        return self._kept(lambda: self.run.caption_rows)
+        return self._kept(lambda: self.run.inputs.caption_rows)
 
     def validate_inputs(self) -> None:
         """Load rows and limits now; their errors are usage errors (exit 4), not test failures."""

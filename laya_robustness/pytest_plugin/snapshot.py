@@ -43,7 +43,7 @@ from laya_robustness.report.compare import half_widths
 from laya_robustness.run.errors import HarnessError
 from laya_robustness.run.files import file_safe
 from laya_robustness.run.inputs.fingerprints import data_fingerprint, families_label, model_fingerprint
-from laya_robustness.run.pipeline.models import identity_key
+from laya_robustness.run.pipeline.scorer_sources import identity_key
 from laya_robustness.scoring.base import batch_precision
 from laya_robustness.summary import headlines
 
@@ -114,12 +114,12 @@ def fingerprints(session, device: str) -> dict[str, str]:
     """Short fingerprints of the weights (the question model's and the dual encoder's) and of the rows."""
     run = session.run
     identity = {}
-    if not run.models.model_is_dual:
-        identity = run.models.identity(device)  # the identity (weight hashes) comes from the loaded scorer
-    if run.caption_rows:
-        identity["dual"] = run.models.identity(device, "captions")
+    if not run.models.is_dual:
+        identity = run.scorers.identity(device)  # the identity (weight hashes) comes from the loaded scorer
+    if run.inputs.caption_rows:
+        identity["dual"] = run.scorers.identity(device, "captions")
     return {"weights": model_fingerprint(identity, run.model_name, session.settings.scorer),
-            "rows": data_fingerprint({**run.rows, **run.caption_rows})}
+            "rows": data_fingerprint({**run.inputs.rows, **run.inputs.caption_rows})}
 
 
 def _number(value: float) -> str:

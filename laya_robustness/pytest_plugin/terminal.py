@@ -35,7 +35,7 @@ from laya_robustness.report.cell_rows import (
     verdict_line,
 )
 from laya_robustness.report.wrapping import wrap
-from laya_robustness.run.pipeline.models import model_type
+from laya_robustness.run.pipeline.scorer_sources import model_type
 from laya_robustness.scoring.adapters import adapter_class
 
 WIDTH = 120

@@ -25,15 +25,16 @@ from laya_robustness.records import ORIG, Record
 from laya_robustness.run.held import Held
 from laya_robustness.run.inputs.run_inputs import RunInputs
 from laya_robustness.run.outcome import Ending, RunOutcome, incomplete_reason
-from laya_robustness.run.planned import PlannedCells
+from laya_robustness.run.planned import PlannedCells, RunParts
 from laya_robustness.run.outputs.data_files import device_reports
 from laya_robustness.run.outputs.lock import FolderHold, RunIdentity
 from laya_robustness.run.outputs.meta import RunFacts
 from laya_robustness.run.scope import cut_short
-from laya_robustness.run.scorers import RunScorers
+from laya_robustness.run.models import RunModels
+from laya_robustness.run.scorers import ScorerPool
 from laya_robustness.run.pipeline.image_store import rows_with_pixels
 from laya_robustness.run.pipeline.invariance import DUAL_CONDITIONS, DUAL_PREFIX, ConditionNotSupported, limits_section
-from laya_robustness.run.pipeline.models import identity_key
+from laya_robustness.run.pipeline.scorer_sources import identity_key
 from laya_robustness.summary import CellCache, family_cell, summarize
 
 
@@ -115,13 +116,13 @@ class GateRun:
         self._run_identity, self._worker = run or RunIdentity.this_process(), worker
         self._progress: Progress = progress or (lambda device, label, total: Quiet())
         self._held = Held()  # records, cells scored and judged, results, invariance stats, errors (``run.held``)
-        self._models = RunScorers(settings, self._root, self._held.harness_errors)
+        self._models = RunModels.of(settings, self._root)  # what the run knows about its models, found once
+        self._scorers = ScorerPool(settings, self._models, self._held.harness_errors)
         self._inputs = inputs or RunInputs(settings, self._models.probes_captions(settings.families))
-        self._variants = variants  # (family, dataset) -> its rows, kept for a later run (None: none kept)
-        self._kept_freed_memory = False  # whether malloc keeps freed memory (scoring.malloc), set by the caller
         self._folder = FolderHold(settings.report_dir, self._run_identity, settings.report_dir_wait, worker)
         self._invariance: dict[str, object] = {}
-        self._cells_of = PlannedCells(self, self._held, worker, self._progress)  # each cell's rows and scoring; the planned ones streamed where they can
+        self._parts = RunParts(settings, self._inputs, self._scorers, self._run_identity.token, variants)
+        self._cells_of = PlannedCells(self._parts, self._held, worker, self._progress)  # each cell's rows and scoring; the planned ones streamed where they can
         self._n_interval_checks: int | None = None
         self._summary_cache: dict[str, tuple] = {}  # device -> (records key, summary): see records_summary
         self._cells = CellCache()  # the summary cells computed so far, shared by the checks and the summary
@@ -130,24 +131,20 @@ class GateRun:
     settings = property(lambda self: self._settings)
     root = property(lambda self: self._root)
     run_identity = property(lambda self: self._run_identity)
-    models = property(lambda self: self._models, doc="The run's scorers (``run.scorers.RunScorers``).")
+    models = property(lambda self: self._models,
+                      doc="What the run knows about its models, found once (``run.models.RunModels``).")
+    scorers = property(lambda self: self._scorers, doc="The run's scorers (``run.scorers.ScorerPool``).")
+    executor = property(lambda self: self._scorers.run_executor,
+                        doc="Where the run's rows are scored (``run.executors.base.Executor``): what it declares.")
     inputs = property(lambda self: self._inputs,
                       doc="The run's rows, limits and baseline (``run.inputs.run_inputs.RunInputs``).")
-    variants = property(lambda self: self._variants)
-    kept_freed_memory = property(lambda self: self._kept_freed_memory)
-    seed = property(lambda self: self._settings.seed)
-    families = property(lambda self: self._settings.families)
-    report_dir = property(lambda self: self._settings.report_dir)
-    rows = property(lambda self: self._inputs.rows)
-    datasets = property(lambda self: self._inputs.datasets)
-    caption_rows = property(lambda self: self._inputs.caption_rows)
-    thresholds = property(lambda self: self._inputs.thresholds)
-    identities = property(lambda self: self._models.identities)
-    model_name = property(lambda self: self._models.model_name)
+    kept_freed_memory = property(lambda self: self._parts.kept_freed_memory)
+    identities = property(lambda self: self._scorers.identities)
+    model_name = property(lambda self: self._scorers.model_name)
 
     def rows_of(self, family: str) -> dict:
         """The source rows a family is built from, by dataset (question rows or caption rows)."""
-        return self.caption_rows if get_family(family).source == "captions" else self.rows
+        return self._inputs.caption_rows if get_family(family).source == "captions" else self._inputs.rows
 
     def validate_inputs(self) -> None:
         """Read the rows, the limits and the --baseline now: their errors are usage errors before any work starts."""
@@ -169,15 +166,13 @@ class GateRun:
         """Release the report folder and stop the run's Ray actors."""
         self._cells_of.close()
         self.release_report_dir()
-        self._models.close()
+        self._scorers.close()
 
     # -- scoring --------------------------------------------------------------------------------
 
     def source_of(self, family: str, dataset: str) -> str:
         """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
-        if family == ORIG:
-            return "captions" if dataset in self.caption_rows else "rows"
-        return get_family(family).source
+        return self._parts.source_of(family, dataset)
 
     def plan(self, cells: Sequence[tuple[str, str, str]]) -> None:
         """The (family, dataset, device) cells the caller's checks will ask for, in order (``run.planned``)."""
@@ -194,57 +189,56 @@ class GateRun:
 
     def check_family(self, family: str, dataset: str, device: str) -> CellCheck:
         """Evaluate every limit of (family, dataset): its verdict, or ``Skipped`` with the reason."""
-        if family != ORIG and family not in self.families:
-            raise Skipped(f"{family} is not in --families ({','.join(self.families)})")
+        if family != ORIG and family not in self._settings.families:
+            raise Skipped(f"{family} is not in --families ({','.join(self._settings.families)})")
         reason = self._models.skip_reason(family)
         if reason:
             raise Skipped(reason)
-        limits = self.thresholds.limits_for(family, dataset)
+        limits = self._inputs.thresholds.limits_for(family, dataset)
         records = self.family_records(family, dataset, device)
         if not any(r.family == family for r in records):
             self._held.judged.add((family, dataset, device))  # nothing to judge
             raise Skipped(f"{family} builds no variant of any {dataset} row: {get_family(family).when_empty}")
-        cell = family_cell(records, family, dataset, seed=self.seed, cache=self._cells)
+        cell = family_cell(records, family, dataset, seed=self._settings.seed, cache=self._cells)
         if not limits:
             self._held.judged.add((family, dataset, device))
             raise Skipped(f"scored; the limits set none for {family} on {dataset}")
         results = evaluate_cell(family, dataset, cell, limits, self.judgement(family, dataset))
         self._held.judged.add((family, dataset, device))
-        have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self.rows.get(dataset, ()))
+        have = len(self.rows_of(family).get(dataset, ())) if family != ORIG else len(self._inputs.rows.get(dataset, ()))
 
         def known(check: str) -> str | None:
-            limitation = self.thresholds.known_limitation(family, dataset, check)
+            limitation = self._inputs.thresholds.known_limitation(family, dataset, check)
             return limitation.reason if limitation else None
 
         self._held.results += [{**asdict(r), "device": device, "n_rows_have": have,
                                 "known": known(r.check) is not None} for r in results]
         return CellCheck(family, dataset, cell_verdict(results, known), records,
-                         (self.thresholds.path, *self.thresholds.overlays))
+                         (self._inputs.thresholds.path, *self._inputs.thresholds.overlays))
 
     def judgement(self, family: str, dataset: str) -> Judgement:
         """How the limits of one cell are judged (their judge, and alpha / m of the whole run)."""
-        t = self.thresholds
+        t = self._inputs.thresholds
         return Judgement(lambda check: t.judge_for(family, dataset, check), t.gate.alpha_each(self.n_interval_checks))
 
     def invariance(self, condition: str, device: str, source: str = "rows") -> dict:
         """The stats of one invariance condition of the ``source`` model on ``device`` (references computed
         once per process). The dual encoder is checked on caption rows, under the conditions it can take."""
-        models = self._models
-        reason = invariance_skip_reason(models, condition, source)
+        reason = invariance_skip_reason(self._models, condition, source)
         if reason:
             raise Skipped(reason)
         key = identity_key(device, source)
         if key not in self._invariance:
-            rows = _invariance_rows(self.caption_rows if source == "captions" else self.rows,
+            rows = _invariance_rows(self._inputs.caption_rows if source == "captions" else self._inputs.rows,
                                     self._settings.invariance_rows, condition, source)
-            self._invariance[key] = models.invariance_run(device, source, rows, self._settings.batch_size,
-                                                          self._settings.temperatures)
+            self._invariance[key] = self._scorers.invariance_run(device, source, rows, self._settings.batch_size,
+                                                                 self._settings.temperatures)
         try:
             stats = self._invariance[key].run(condition)
         except ConditionNotSupported as exc:
             raise Skipped(f"{condition} is not supported by this scorer: {exc}") from None
         except Exception as exc:
-            raise models.harness_error(f"invariance condition {condition} on {device} with model "
+            raise self._scorers.harness_error(f"invariance condition {condition} on {device} with model "
                                        f"{self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
         self._held.invariance.setdefault(device, {})[reported_condition(condition, source)] = stats
         return stats
@@ -253,7 +247,7 @@ class GateRun:
         """Evaluate the condition's limits (a bf16 condition gets the ``[invariance.bf16]`` flip budget)."""
         stats = self.invariance(condition, device, source)
         section = limits_section(condition, stats["precision"])
-        limits = self.thresholds.invariance_limits(section)
+        limits = self._inputs.thresholds.invariance_limits(section)
         if not limits:
             raise Skipped(f"scored; the limits set none in [invariance.{section}]")
         results = evaluate_invariance(condition, stats, limits)
@@ -264,8 +258,8 @@ class GateRun:
     def run_cells(self) -> list[tuple[str, str]]:
         """Every (family, dataset) cell the run's family checks evaluate: orig on the question sets, and each
         selected family that can run on every dataset of its source."""
-        cells = [] if self._models.model_is_dual else [(ORIG, d) for d in self.datasets]
-        for family in self.families:
+        cells = [] if self._models.is_dual else [(ORIG, d) for d in self._inputs.datasets]
+        for family in self._settings.families:
             if not self._models.skip_reason(family):
                 cells += [(family, d) for d in self.rows_of(family)]
         return cells
@@ -276,7 +270,7 @@ class GateRun:
         checks against a --baseline are a family of their own (``gate.baseline_limits``), so a run's limits are judged
         alike with or without one."""
         if self._n_interval_checks is None:
-            t = self.thresholds
+            t = self._inputs.thresholds
             m = sum(t.judge_for(f, d, check) == "interval" for f, d in self.run_cells() for check in t.limits_for(f, d))
             self._n_interval_checks = m
         return self._n_interval_checks
@@ -289,9 +283,9 @@ class GateRun:
         datasets = [d for f, d in self.run_cells() if f == family]
         # the family's records with the orig rows they pair with (a block cell such as lgip's needs them)
         records = [r for d in datasets for r in self.family_records(family, d, device)]
-        summary = summarize(records, seed=self.seed, baseline=self._inputs.baseline_records, cache=self._cells)
+        summary = summarize(records, seed=self._settings.seed, baseline=self._inputs.baseline_records, cache=self._cells)
         cell = summary.get("baseline", {}).get(family, {}).get(ALL)
-        gate = self.thresholds.gate
+        gate = self._inputs.thresholds.gate
         limits = _regression_limits(gate, family, cell)
         results = regression_results(family, cell, limits, regression_level(gate, [f for f, _ in self.run_cells()]))
         self._held.results += [{**asdict(r), "device": device, "n_rows_have": None, "known": False} for r in results]
@@ -302,7 +296,7 @@ class GateRun:
     def set_kept_freed_memory(self, kept: bool) -> None:
         """Whether malloc keeps freed memory in this process (``scoring.malloc``): variant images are then given
         back as soon as no row needs them."""
-        self._kept_freed_memory = kept
+        self._parts.kept_freed_memory = kept
 
     def is_scored(self, family: str, dataset: str, device: str) -> bool:
         """Whether (family, dataset, device) was scored in this process (or by an xdist worker whose records were
@@ -320,15 +314,15 @@ class GateRun:
 
     def worker_payload(self) -> dict:
         """What this process (an xdist worker) hands the controller's run (``merge_worker``), JSON-ready."""
-        return {**self._held.payload(), "identities": self.identities, "stats": self._models.scorer_stats()}
+        return {**self._held.payload(), "identities": self.identities, "stats": self._scorers.scorer_stats()}
 
     def merge_worker(self, data: dict) -> None:
         """Add what an xdist worker's run did (``worker_payload``, parsed from JSON): what it held (``Held.merge``),
         its scorers' identities and counters."""
         self._held.merge(data)
-        self.identities.update(data["identities"])
+        self._scorers.add_identities(data["identities"])
         for key, counts in data["stats"].items():
-            summed = self._models.worker_stats.setdefault(key, {})
+            summed = self._scorers.worker_stats.setdefault(key, {})
             for name, value in counts.items():
                 summed[name] = summed.get(name, 0) + value
 
@@ -344,15 +338,15 @@ class GateRun:
         scopes = cut_short(scopes, reason)
         if self.has_reports():
             gate_meta = lambda: {"interval_checks": self.n_interval_checks,  # noqa: E731
-                                 "alpha": self.thresholds.gate.alpha, "gate": asdict(self.thresholds.gate)}
+                                 "alpha": self._inputs.thresholds.gate.alpha, "gate": asdict(self._inputs.thresholds.gate)}
             reports = device_reports(held, self._facts(), reason, scopes, self._summary, gate_meta)
         known = {(r["family"], r["dataset"], r["check"]): hit.reason for r in held.results
-                 if (hit := self.thresholds.known_limitation(r["family"], r["dataset"], r["check"])) is not None}
+                 if (hit := self._inputs.thresholds.known_limitation(r["family"], r["dataset"], r["check"])) is not None}
         return RunOutcome.decided(
             ending, reports=reports, scopes=scopes, incomplete_reason=reason,
             harness_errors=tuple(held.harness_errors), lock_notes=tuple(held.lock_notes), known=known,
-            source_rows=self.rows if reports else {}, report_dir=Path(self.report_dir),
-            journal_given=bool(self._settings.journal), scorer_stats=self._models.scorer_stats())
+            source_rows=self._inputs.rows if reports else {}, report_dir=Path(self._settings.report_dir),
+            journal_given=bool(self._settings.journal), scorer_stats=self._scorers.scorer_stats())
 
     def _summary(self, device: str, records: dict, meta: dict) -> dict:
         """summary.json of one device: the snapshot's summary when no --baseline or ECE floor adds to it."""
@@ -360,14 +354,14 @@ class GateRun:
         if s.baseline is None and not s.ece_floor_sims:
             return {**self.records_summary(device), "meta": meta}
         baseline = self._inputs.baseline_records if s.baseline is not None else None
-        return summarize([records[k] for k in sorted(records)], meta=meta, seed=self.seed,
+        return summarize([records[k] for k in sorted(records)], meta=meta, seed=self._settings.seed,
                          ece_floor_sims=s.ece_floor_sims, baseline=baseline)
 
     def _facts(self) -> RunFacts:
         """What the reports' meta blocks say of this run (``run.outputs.meta.RunFacts``)."""
-        return RunFacts(self._settings, self.rows, self.caption_rows, self._inputs.spec.inputs_meta(),
+        return RunFacts(self._settings, self._inputs.rows, self._inputs.caption_rows, self._inputs.spec.inputs_meta(),
                         dict(self.identities), self.model_name, self._root,
-                        {device: self._models.executor_meta(device) for device in self._held.devices()})
+                        {device: self._scorers.executor_meta(device) for device in self._held.devices()})
 
     # -- summaries ------------------------------------------------------------------------------
 
@@ -384,13 +378,13 @@ class GateRun:
         records = self._held.records.get(device, {})
         key = (device, len(records), hash(tuple(sorted(records))))
         if self._summary_cache.get(device, (None,))[0] != key:
-            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self.seed, cache=self._cells))
+            self._summary_cache[device] = (key, summarize(list(records.values()), seed=self._settings.seed, cache=self._cells))
         return self._summary_cache[device][1]
 
 
-def invariance_skip_reason(models: RunScorers, condition: str, source: str) -> str | None:
+def invariance_skip_reason(models: RunModels, condition: str, source: str) -> str | None:
     """Why an invariance condition of the ``source`` model ("rows" or "captions") does not run, or None."""
-    if source == "rows" and models.model_is_dual:
+    if source == "rows" and models.is_dual:
         return "--model is a dual encoder: its invariance conditions run in test_dual_invariance"
     if source == "captions" and models.dual_model is None:
         return models.no_dual_reason("test_dual_invariance")
@@ -412,8 +406,8 @@ def regression_skip_reason(run: GateRun, family: str) -> str | None:
     """Why ``family`` is not compared with the --baseline in ``run``, or None."""
     if run.settings.baseline is None:
         return "no --baseline to compare with"
-    if family != ORIG and family not in run.families:
-        return f"{family} is not in --families ({','.join(run.families)})"
+    if family != ORIG and family not in run.settings.families:
+        return f"{family} is not in --families ({','.join(run.settings.families)})"
     return None if family == ORIG else run.models.skip_reason(family)
 
 

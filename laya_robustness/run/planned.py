@@ -6,7 +6,8 @@ checks will ask for (``plan``), scored as one stream where the run's executor st
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from laya_robustness.families import get_family
 from laya_robustness.records import ORIG
@@ -14,17 +15,39 @@ from laya_robustness.run.errors import UsageError, stops_run
 from laya_robustness.run.pipeline.cell_scoring import CellBuildError, CellPlan, CellWork
 from laya_robustness.run.pipeline.chunks import consecutive_chunk_rows, scoring_chunks
 from laya_robustness.run.pipeline.journal import JOURNAL_DIR, open_journal
-from laya_robustness.run.pipeline.models import identity_key
+from laya_robustness.run.pipeline.scorer_sources import identity_key
 from laya_robustness.run.pipeline.variant_rows import VariantImages, adopt, builds_on_executor, family_variants
 from laya_robustness.scoring.base import capabilities
 
 
-class PlannedCells:
-    """The cells of ``run`` (a ``run.gate_run.GateRun``): their rows, their scoring, their plan and streams; what
-    is scored goes to ``held`` (``run.held.Held``). ``worker``: the xdist worker id (its journal's name);
-    ``progress(device, label, total)`` makes a tracker per scored cell."""
+@dataclass
+class RunParts:
+    """What a run's planned cells read of it: its ``settings``, ``inputs`` (``run.inputs.run_inputs.RunInputs``: the
+    rows and their image store), ``scorers`` (``run.scorers.ScorerPool``), the ``token`` of the run it belongs to
+    (its journals'), ``variants`` (the rows each family scores, kept for a later run, or None) and whether malloc
+    keeps freed memory in this process (``kept_freed_memory``: variant images are then given back as soon as no
+    row needs them; the run's one changing part, set by its caller)."""
 
-    def __init__(self, run, held, worker: str | None, progress):
+    settings: Any
+    inputs: Any
+    scorers: Any
+    token: str
+    variants: dict | None
+    kept_freed_memory: bool = False
+
+    def source_of(self, family: str, dataset: str) -> str:
+        """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
+        if family == ORIG:
+            return "captions" if dataset in self.inputs.caption_rows else "rows"
+        return get_family(family).source
+
+
+class PlannedCells:
+    """The cells of a run (its ``RunParts``): their rows, their scoring, their plan and streams; what is scored goes
+    to ``held`` (``run.held.Held``). ``worker``: the xdist worker id (its journal's name); ``progress(device, label,
+    total)`` makes a tracker per scored cell."""
+
+    def __init__(self, run: RunParts, held, worker: str | None, progress):
         self.run, self.held, self.worker, self.progress = run, held, worker, progress
         self.planned: list[tuple[str, str, str]] = []
         self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its stream, or None
@@ -35,9 +58,9 @@ class PlannedCells:
         key = identity_key(device, source)
         if key not in self.journals:
             run, s = self.run, self.run.settings
-            self.journals[key] = open_journal(s.journal or run.report_dir / JOURNAL_DIR, key, self.worker,
-                                              run.models.identity(device, source), journaled_settings(s, source),
-                                              resume=s.resume, run=run.run_identity.token)
+            self.journals[key] = open_journal(s.journal or s.report_dir / JOURNAL_DIR, key, self.worker,
+                                              run.scorers.identity(device, source), journaled_settings(s, source),
+                                              resume=s.resume, run=run.token)
         return self.journals[key]
 
     def score(self, family: str, dataset: str, device: str) -> None:
@@ -47,9 +70,9 @@ class PlannedCells:
         key, run = (family, dataset, device), self.run
         if key in self.held.scored:
             return
-        source, models = run.source_of(family, dataset), run.models
-        executor = models.executor(device, source)
-        scorer = None if models.run_executor.holds_scorers else models.scorer(device, source)  # none loaded here
+        source, scorers = run.source_of(family, dataset), run.scorers
+        executor = scorers.executor(device, source)
+        scorer = None if scorers.run_executor.holds_scorers else scorers.scorer(device, source)  # none loaded here
         progress = lambda total: self.progress(device, f"{family}/{dataset}", total)  # noqa: E731
         stream, work = self.stream(device, source, executor), None
         if stream is None:
@@ -61,14 +84,14 @@ class PlannedCells:
         except CellBuildError as exc:  # the rows could not be built: the builder's error, as a local run raises it
             raise exc.error from None
         except Exception as exc:  # a crash while scoring is the harness's, never a gate failure
-            raise models.harness_error(f"scoring {family}/{dataset} on {device} with model {run.model_name!r} "
+            raise scorers.harness_error(f"scoring {family}/{dataset} on {device} with model {scorers.model_name!r} "
                                        f"failed: {type(exc).__name__}: {exc}", stops_run(exc)) from exc
         self.held.scored_cell(device, family, dataset, cell)
 
     def source_rows(self, family: str, dataset: str) -> list:
         """The source rows of ``family`` on ``dataset`` (question rows, or caption rows)."""
         run = self.run
-        return (run.caption_rows if run.source_of(family, dataset) == "captions" else run.rows)[dataset]
+        return (run.inputs.caption_rows if run.source_of(family, dataset) == "captions" else run.inputs.rows)[dataset]
 
     def rows(self, family: str, dataset: str, executor=None):
         """The rows ``family`` scores on one dataset (the source rows for orig), their images waiting where the
@@ -78,7 +101,7 @@ class PlannedCells:
         if run.variants is not None and (family, dataset) in run.variants:
             return run.variants[(family, dataset)]
         source = self.source_rows(family, dataset)
-        builds_there = executor is not None and run.models.run_executor.builds_variants
+        builds_there = executor is not None and run.scorers.run_executor.builds_variants
         if family != ORIG and builds_there and builds_on_executor(family):
             rows = adopt(executor.variants(family, source, run.settings.seed), source, run.inputs.images)
         else:
@@ -113,12 +136,12 @@ class PlannedCells:
         model gated as it trains), or in an xdist worker (it scores the cells it is given, which its plan, every
         collected test, does not know)."""
         run = self.run
-        runs_on = run.models.run_executor
+        runs_on = run.scorers.run_executor
         if (device, source) not in self.streams and (run.variants is None or not runs_on.builds_variants):
             stream = None
             if runs_on.streams and self.worker is None:
                 keys = [c for c in self.planned if c[2] == device and run.source_of(c[0], c[1]) == source
-                        and not run.is_scored(*c)]
+                        and c not in self.held.scored]
                 stream = runs_on.stream(device, source, keys, lambda key: self._cell_plan(key, executor))
             self.streams[(device, source)] = stream
         return self.streams.get((device, source))
@@ -131,7 +154,7 @@ class PlannedCells:
         source, seed, s = self.source_rows(family, dataset), run.settings.seed, run.settings
         plan = CellPlan(key, lambda: self.work([], journal, executor, complete=False), self.chunks,
                         chunk_rows=consecutive_chunk_rows(s.scoring_path, s.batch_size))
-        if family != ORIG and run.models.run_executor.builds_variants and builds_on_executor(family):
+        if family != ORIG and run.scorers.run_executor.builds_variants and builds_on_executor(family):
             plan.build, plan.adopt = (family, source, seed), lambda rows: adopt(rows, source, run.inputs.images)
         else:
             plan.rows = self.rows(family, dataset)

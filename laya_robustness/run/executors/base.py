@@ -7,7 +7,7 @@ still needs (``run.pipeline.variant_rows``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
@@ -45,8 +45,27 @@ class CellStream(Protocol):
         """Stop: what is in flight is cancelled; what was journaled stays."""
 
 
+class ScorerSource(Protocol):
+    """What an executor is made from (``registry.make_executor``; the run's ``run.scorers.ScorerPool``): the run's
+    ``settings`` and ``models`` (``run.models.RunModels``), its scorers loaded in this process, and its memory of
+    the scorers that failed to load (never retried)."""
+
+    settings: Any
+    models: Any
+
+    def scorer(self, device: str, source: str = "rows") -> Any:
+        """The scorer of ``source`` rows on ``device``, loaded here once (its identity kept by the pool)."""
+
+    def raise_failed_load(self, device: str, source: str) -> None:
+        """Raise the error of ``source``'s scorer on ``device`` if it failed to load earlier."""
+
+    def load_failed(self, device: str, source: str, exc: Exception) -> Exception:
+        """The harness error of ``source``'s scorer failing to load on ``device`` wherever the executor loads it,
+        remembered so that it is not retried."""
+
+
 class Executor(Protocol):
-    """Where a run's rows are scored (``--executor``), made once per run from its ``RunScorers``
+    """Where a run's rows are scored (``--executor``), made once per run from its ``ScorerSource``
     (``registry.make_executor``). What it does is declared, for the run to ask:
 
     ``streams``: the run's planned cells of each (device, source) are scored as one stream (``stream``), so the run
@@ -81,6 +100,10 @@ class Executor(Protocol):
     def identity(self, device: str, source: str) -> dict:
         """The identity of the scorer of ``source`` rows on ``device``, wherever it is loaded."""
 
+    def identities(self) -> dict[str, dict]:
+        """The identities of the scorers it loaded away from this process, by identity key (returned, never
+        written into the run's pool); none where the scorers are the pool's own (``ScorerSource.scorer``)."""
+
     def invariance_run(self, device: str, source: str, rows: Sequence[Row], batch_size: int, temperatures):
         """The invariance conditions of ``rows`` on the ``source`` scorer (``run(condition)`` -> its stats),
         run where the run's rows are scored."""
@@ -95,6 +118,12 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Let go of what the run used (actors, a connection); nothing for this process."""
+
+
+def none_held() -> dict[str, dict]:
+    """No identities held away from this process (``Executor.identities`` of an executor that scores with the
+    scorers the pool loads here)."""
+    return {}
 
 
 def alone() -> None:

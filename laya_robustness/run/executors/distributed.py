@@ -245,7 +245,7 @@ def share(sizes: Sequence[int], ranks: int) -> list[int]:
 
 class DistributedExecutor(LocalExecutor):
     """Scores a run's rows on every rank of the ``torch.distributed`` world, each rank its share of the planned cells'
-    chunks with the scorer this process loads (``RunScorers.scorer``); see the module doc. It streams (the planned
+    chunks with the scorer this process loads (``ScorerSource.scorer``); see the module doc. It streams (the planned
     cells are shared out together), builds variant images here and reports which rank scored what in no block: the
     records are a one-process run's."""
 

@@ -1,5 +1,5 @@
 """``--executor local`` (the default): a run's rows scored in this process (``LocalExecutor``), with the scorers
-``RunScorers.scorer`` loads once per device. Its planned cells are scored as one stream (``local_stream``), a cell
+``ScorerSource.scorer`` loads once per device. Its planned cells are scored as one stream (``local_stream``), a cell
 asked alone chunk after chunk (``SequentialChunkExecutor``), the next chunk made while one is scored; a served
 model's chunks several side by side on threads (``ConcurrentChunkExecutor``: its requests in flight together);
 ``chunk_executor_for`` picks one for a scoring.
@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, Sequence
 
 from laya_robustness.records import Record
 from laya_robustness.rows import Row
-from laya_robustness.run.executors.base import ChunkExecutor, alone, forget_images
+from laya_robustness.run.executors.base import ChunkExecutor, ScorerSource, alone, forget_images, none_held
 from laya_robustness.run.executors.local_stream import LocalStream
 from laya_robustness.run.pipeline.chunks import Scoring
 from laya_robustness.run.pipeline.prefetch import chunks_ahead
@@ -21,7 +21,7 @@ from laya_robustness.scoring.base import capabilities
 
 class LocalExecutor:
     """Scores a run's rows in this process, cell after cell, with the scorers ``scorers`` (the run's
-    ``run.scorers.RunScorers``) loads here once per device (``RunScorers.scorer``): it streams the run's planned cells
+    ``run.scorers.ScorerPool``) loads here once per device (``ScorerSource.scorer``): it streams the run's planned cells
     (``run.executors.local_stream``: the next cell built while one is scored), builds variant images here and reports
     no executor block."""
 
@@ -29,8 +29,9 @@ class LocalExecutor:
     builds_variants = holds_scorers = False
     cluster = None
     world = sharing_world = staticmethod(alone)
+    identities = staticmethod(none_held)  # the scorers are the pool's, loaded here
 
-    def __init__(self, scorers):
+    def __init__(self, scorers: ScorerSource):
         self.scorers = scorers
 
     def connect(self) -> None:

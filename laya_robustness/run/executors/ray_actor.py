@@ -12,7 +12,7 @@ from laya_robustness.run.executors.base import forget_images
 from laya_robustness.run.pipeline.chunks import Scoring
 from laya_robustness.run.pipeline.image_store import DEFAULT_IMAGE_CACHE_BYTES, ImageStore, bind_images, rows_with_pixels
 from laya_robustness.run.pipeline.invariance import InvarianceRun
-from laya_robustness.run.pipeline.models import load_source_scorer
+from laya_robustness.run.pipeline.scorer_sources import load_source_scorer
 from laya_robustness.run.pipeline.variant_rows import family_variants, image_counts
 from laya_robustness.scoring.malloc import give_back_freed_memory
 from laya_robustness.scoring.malloc import keep_freed_memory as keep_malloc_freed_memory

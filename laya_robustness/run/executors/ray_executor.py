@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from laya_robustness.run.errors import HarnessError, UsageError
-from laya_robustness.run.executors.base import alone
+from laya_robustness.run.executors.base import ScorerSource, alone
 from laya_robustness.run.executors.ray_cluster import INSTALL_HINT, ray_installed
-from laya_robustness.run.pipeline.models import expected_weights, identity_key
+from laya_robustness.run.pipeline.scorer_sources import expected_weights, identity_key
 
 if TYPE_CHECKING:
     from laya_robustness.run.pipeline.cell_scoring import CellPlan
@@ -32,18 +32,20 @@ def check_ray(values: Mapping[str, Any], xdist_workers: object) -> None:
 class RayExecutor:
     """Scores a run's rows on Ray actors: one pool per device (started on first use, on the cluster it connects to
     once), each actor loading the question model and the dual encoder of ``scorers`` (the run's
-    ``run.scorers.RunScorers``) as asked, with the weights this machine resolved (checked on every actor). The run's
-    planned cells are streamed, a pixel family's variant images are built on the actors, and no scorer is loaded in
-    this process. A failure to start a pool or to load a scorer on it is remembered and not retried, as a scorer's
-    failed load (``RunScorers.load_failed``)."""
+    ``run.scorers.ScorerPool``, as ``base.ScorerSource``) as asked, with the weights this machine resolved (checked
+    on every actor). The run's planned cells are streamed, a pixel family's variant images are built on the actors,
+    and no scorer is loaded in this process. A failure to start a pool or to load a scorer on it is remembered and
+    not retried, as a scorer's failed load (``ScorerSource.load_failed``); the identities of the scorers the actors
+    load are kept here (``identities``)."""
 
     streams = builds_variants = holds_scorers = True
     world = sharing_world = staticmethod(alone)  # the actors score for this process, which runs the run
 
-    def __init__(self, scorers):
+    def __init__(self, scorers: ScorerSource):
         self.scorers = scorers
         self.cluster = None  # the Ray cluster (ray_cluster.Cluster), once connected
         self._pools: dict[str, RayActorPool] = {}  # device -> its actors
+        self._identities: dict[str, dict] = {}  # identity key -> the identity of the scorer its actors loaded
 
     def connect(self) -> None:
         """Connect to the cluster at ``--ray-address`` (an unreachable one: ClusterUnreachable)."""
@@ -59,7 +61,11 @@ class RayExecutor:
     def identity(self, device: str, source: str) -> dict:
         """The identity of ``source``'s scorer, the same on every actor."""
         self._pool(device, source)
-        return dict(self.scorers.identities[identity_key(device, source)])
+        return dict(self._identities[identity_key(device, source)])
+
+    def identities(self) -> dict[str, dict]:
+        """The identities of the scorers loaded on the actors, by identity key."""
+        return {key: dict(identity) for key, identity in self._identities.items()}
 
     def invariance_run(self, device: str, source: str, rows: Sequence, batch_size: int, temperatures):
         """The invariance conditions of ``rows``, run on the pool's first actor."""
@@ -82,8 +88,8 @@ class RayExecutor:
         try:
             if device not in self._pools:
                 self._pools[device] = self._start_pool(device)
-            if key not in scorers.identities:
-                scorers.identities[key] = self._pools[device].prepare(source)
+            if key not in self._identities:
+                self._identities[key] = self._pools[device].prepare(source)
         except HarnessError as exc:
             raise scorers.load_failed(device, source, exc) from exc
         return self._pools[device]
@@ -97,12 +103,13 @@ class RayExecutor:
 
         self.connect()
         scorers = self.scorers
-        s, on, dual = scorers.settings, actor_device(device), scorers.model_is_dual
+        s, on, dual = scorers.settings, actor_device(device), scorers.models.is_dual
         loads = {"rows": partial(load_scoring, s, s.model, on, dual)}
         expected = {"rows": expected_weights(s.model, "hf" if dual else s.scorer)}
-        if scorers.dual_model is not None:
-            loads["captions"] = partial(load_scoring, s, scorers.dual_model, on, True)
-            expected["captions"] = expected_weights(scorers.dual_model, "hf")
+        dual_model = scorers.models.dual_model
+        if dual_model is not None:
+            loads["captions"] = partial(load_scoring, s, dual_model, on, True)
+            expected["captions"] = expected_weights(dual_model, "hf")
         gpus = device.startswith("cuda")
         return RayActorPool(loads, on, self.cluster.actor_count(s.ray_actors, gpus), gpus,
                             f"the Ray actors at {s.ray_address}", expected, self.cluster, s.image_cache_mb << 20,

@@ -145,7 +145,7 @@ def unsent(stack_trace: str) -> Exception:
     whose message is its own, from the last line of its formatted traceback (the harness error then reads
     ``ValueError: ...``, not ``UnserializableException: Failed to deserialize ...``).
 
-    >>> error = unsent("Traceback (most recent call last):\\n  File ...\\nfakes.Unpicklable: no grey for 'none'\\n")
+    >>> error = unsent("Traceback (most recent call last):\\n  File ...\\nhelpers.fakes.Unpicklable: no grey for 'none'\\n")
     >>> type(error).__name__, str(error)
     ('Unpicklable', "no grey for 'none' (raised on a Ray actor; its exception could not be sent back whole)")
     """

@@ -1,7 +1,8 @@
 """The executors a run can name with ``--executor``: each name with the factory that makes a run's ``Executor``
-from its ``run.scorers.RunScorers``, the options only it uses and what it checks of the options before the run starts.
-``make_executor`` makes a run's (``executor_class`` tells what it will be); ``register_executor`` adds one, and so does
-a ``laya_robustness.executors`` entry point of an installed package. Importing it imports neither Ray nor torch."""
+from the run's scorers (``base.ScorerSource``), the options only it uses and what it checks of the options before the
+run starts. ``make_executor`` makes a run's (``executor_class`` tells what it will be); ``register_executor`` adds one,
+and so does a ``laya_robustness.executors`` entry point of an installed package. Importing it imports neither Ray nor
+torch."""
 
 from __future__ import annotations
 
@@ -15,16 +16,16 @@ from laya_robustness.run.executors.local import LocalExecutor
 from laya_robustness.run.executors.ray_executor import RAY_OPTIONS, RayExecutor, check_ray
 
 if TYPE_CHECKING:
-    from laya_robustness.run.executors.base import Executor
+    from laya_robustness.run.executors.base import Executor, ScorerSource
 
 
 @dataclass(frozen=True)
 class ExecutorEntry:
-    """One registered executor: ``factory(run_scorers)`` makes a run's; ``options``, the flags only it uses (given
+    """One registered executor: ``factory(scorers)`` makes a run's; ``options``, the flags only it uses (given
     with another executor, each is a usage error); ``check(values, xdist_workers)``, what it needs of the parsed
     option values and of xdist (a ``UsageError`` otherwise), or None."""
 
-    factory: Callable[[Any], Executor]  # the run's RunScorers -> its executor
+    factory: Callable[[Any], Executor]  # the run's ScorerSource -> its executor
     options: tuple[str, ...] = ()
     check: Callable[[Mapping[str, Any], object], None] | None = None
 
@@ -52,7 +53,7 @@ DISTRIBUTED = "distributed"
 
 def register_executor(name: str, factory: Callable[[Any], Executor], options: tuple[str, ...] = (),
                       check: Callable[[Mapping[str, Any], object], None] | None = None) -> None:
-    """Let ``--executor name`` make a run's executor with ``factory(run_scorers)`` (see ``ExecutorEntry``); a name
+    """Let ``--executor name`` make a run's executor with ``factory(scorers)`` (see ``ExecutorEntry``); a name
     registered already raises ``registry.DuplicateName``."""
     REGISTRY.add(name, ExecutorEntry(factory, tuple(options), check), origin=origin_of(factory))
 
@@ -88,9 +89,10 @@ def executor_class(name: object) -> Any:
     return None if entry is None else entry.factory
 
 
-def make_executor(name: str, run_scorers) -> Executor:
-    """The executor ``--executor name`` gives the run of ``run_scorers`` (its ``run.scorers.RunScorers``)."""
-    return executor_entry(name).factory(run_scorers)
+def make_executor(name: str, scorers: ScorerSource) -> Executor:
+    """The executor ``--executor name`` gives the run whose scorers are ``scorers`` (its ``run.scorers.ScorerPool``,
+    as ``base.ScorerSource``)."""
+    return executor_entry(name).factory(scorers)
 
 
 register_executor("local", LocalExecutor)
