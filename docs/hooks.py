@@ -9,7 +9,7 @@ A page holds each part, as committed, between two markers::
 
 (``families``, ``options`` or ``arguments``), so the page reads as it is in the repository. After a change to the
 registry or the options, ``python docs/hooks.py --write`` rewrites every part in place (without ``--write`` it
-names the stale pages and exits 1; ``tests/test_docs.py`` fails on a stale one too). When the site is built,
+names the stale pages and exits 1; ``tests/docs/test_docs.py`` fails on a stale one too). When the site is built,
 ``on_page_markdown`` puts in the parts as the code makes them now.
 """
 

@@ -11,7 +11,7 @@ A page holds the sample, as committed, between two markers::
 
 Each artifact records what it was made against: the first 16 hex digits of the sha256 of the committed summary
 snapshot of the embedded default (``SNAPSHOT``), in the page's marker and in a tEXt chunk of the PNG
-(``PNG_KEY``). ``tests/test_docs_samples.py`` fails when the snapshot has moved since, or when a sample disagrees
+(``PNG_KEY``). ``tests/docs/test_docs_samples.py`` fails when the snapshot has moved since, or when a sample disagrees
 with the snapshot and the limits files. A run that did not pass, differs from the snapshot or left a cell out is
 refused: the samples show the run CI pins.
 
@@ -165,8 +165,9 @@ def png_hash(path: Path) -> str | None:
 
 
 def _browser_driver():
-    """tests/test_report_browser.py, which drives headless Chromium over the DevTools pipe."""
-    spec = importlib.util.spec_from_file_location("report_browser", ROOT / "tests" / "test_report_browser.py")
+    """tests/report/test_report_browser.py, which drives headless Chromium over the DevTools pipe."""
+    spec = importlib.util.spec_from_file_location("report_browser",
+                                                  ROOT / "tests" / "report" / "test_report_browser.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

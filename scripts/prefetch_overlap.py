@@ -4,10 +4,10 @@ when asked for (before: ``LAYA_PREFETCH_CHUNKS=0``) and made ahead (after: the d
 Three measurements over photo rows of ``--size`` through the pixel families ``--families``, each a before / after
 pair per round (``--repeat`` rounds; medians), every run in a process of its own:
 
-- ``local``: ``--executor local`` with a device-bound scorer (``tests/fakes.py``'s ``PixelScorer``: ``--per-row``
-  seconds of sleep a row, a hash of every pixel). Its wall against max(device time, build time): device time is the
-  rows scored x ``--per-row``; build time is what the run spent building the variants (``family_variants``) and
-  making the chunks' pixels (``rows_with_pixels``), read from the run before (where they take turns with the
+- ``local``: ``--executor local`` with a device-bound scorer (``tests/helpers/fakes.py``'s ``PixelScorer``:
+  ``--per-row`` seconds of sleep a row, a hash of every pixel). Its wall against max(device time, build time): device
+  time is the rows scored x ``--per-row``; build time is what the run spent building the variants (``family_variants``)
+  and making the chunks' pixels (``rows_with_pixels``), read from the run before (where they take turns with the
   device); also the device's idle time per chunk (the gaps between one chunk's scoring and the next).
 - ``ray``: the same on a one-node Ray head this script starts, ``--actors`` (first and last) compared: the wall of
   the most actors as a share of the fewest's.
@@ -83,7 +83,7 @@ def child(args) -> None:
     spent = instrument()
     folder = Path(args.report)
     (folder.parent / "limits.toml").write_text(LIMITS)
-    scorer = {} if args.model else {"scorer": "fakes:pixels"}
+    scorer = {} if args.model else {"scorer": "helpers.fakes:pixels"}
     executor = {"executor": "ray", "ray_address": args.ray_address, "ray_actors": args.ray_actors} \
         if args.ray_address else {}
     start = time.perf_counter()
@@ -223,7 +223,7 @@ def main() -> None:
     sections = args.sections.split(",")
     out: dict = {"load_average_before": os.getloadavg(), "cpus": os.cpu_count(), "per_row": args.per_row,
                  "rows": args.rows, "size": args.size, "families": args.families, "repeat": args.repeat,
-                 "model": args.model or "tests/fakes.py:PixelScorer", "device": args.device}
+                 "model": args.model or "tests/helpers/fakes.py:PixelScorer", "device": args.device}
     with tempfile.TemporaryDirectory(prefix="prefetch-") as temp:
         from laya_robustness.recipes.bench import write_photo_rows
 

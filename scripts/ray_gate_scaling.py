@@ -1,7 +1,7 @@
 """Whole gate runs on --executor ray over pixel families of photos: the front end's CPU seconds per 1,000 scored
 rows, wall time against the number of actors, and peak memory against the number of rows.
 
-The model is a device-bound model in miniature that reads every pixel (``tests/fakes.py``'s ``PixelScorer``: a
+The model is a device-bound model in miniature that reads every pixel (``tests/helpers/fakes.py``'s ``PixelScorer``: a
 fixed sleep per row, as one GPU per actor would take, plus a hash of each image's pixels), so the wall times
 measure the pool and the front end, not this machine's CPUs scoring. The script writes ``--rows`` photo rows of
 ``--size`` (``fixtures.bench.write_photo_rows``), starts its own one-node cluster (``ray start --head`` on
@@ -113,9 +113,9 @@ def gate(folder: Path, code: Path, per_row: float, report: str, executor_args: l
     env = {**os.environ, "PYTHONPATH": path, "LAYA_SLOW_PER_ROW": str(per_row), "HF_HUB_OFFLINE": "1",
            "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"env_vars": {
                "PYTHONPATH": path, "LAYA_SLOW_PER_ROW": str(per_row)}}})}
-    cmd = [sys.executable, "-m", "pytest", "robustness_tests", "-q", "--scorer", "fakes:pixels", "--model", "fake",
-           "--data", "rows", "--thresholds", "limits.toml", "--families", FAMILIES, "--report-dir", report,
-           "-k", "not (snapshot or benchmark or invariance or gpu)", *executor_args]
+    cmd = [sys.executable, "-m", "pytest", "robustness_tests", "-q", "--scorer", "helpers.fakes:pixels",
+           "--model", "fake", "--data", "rows", "--thresholds", "limits.toml", "--families", FAMILIES,
+           "--report-dir", report, "-k", "not (snapshot or benchmark or invariance or gpu)", *executor_args]
     import psutil
 
     memory = ActorMemory()

@@ -1,6 +1,6 @@
 """Wall time of --executor ray's actor pool against its number of actors, on a device-bound model in miniature.
 
-Every row costs a fixed sleep (``tests/fakes.py``'s ``SlowScorer``), as a model bound by its device would
+Every row costs a fixed sleep (``tests/helpers/fakes.py``'s ``SlowScorer``), as a model bound by its device would
 on one GPU per actor, so the numbers do not depend on how busy this machine's CPUs are. The script starts
 its own one-node cluster (``ray start --head`` on 127.0.0.1 with ``--num-cpus`` logical CPUs, one per
 actor), scores the same shards with each pool size and prints seconds and the ratio to one actor:
@@ -43,7 +43,7 @@ def start_head(cpus: int, temp: Path) -> tuple[subprocess.Popen, str]:
 
 def seconds(shards, n_actors: int, per_row: float) -> float:
     """Wall time of scoring every shard once the pool's actors have loaded the scorer."""
-    from fakes import slow_scoring
+    from helpers.fakes import slow_scoring
 
     from laya_robustness.run.executors.ray_pool import RayActorPool
 

@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     server = None
     if args.endpoint is None:
-        from served_parts import ServedModel
+        from helpers.served_parts import ServedModel
 
         server = ServedModel(args.out).start()
     endpoint = args.endpoint or server.url

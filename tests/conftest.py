@@ -1,16 +1,15 @@
-"""Fixtures shared by the project's own tests: the embedded checkpoint and fixture rows."""
-
-from pathlib import Path
-from typing import Any, Mapping
+"""The project's own tests: the fixtures of ``helpers.fixtures`` given to every test, and in-process pytester runs
+that keep the libraries imported."""
 
 import sys
+from pathlib import Path
 
 import _pytest.pytester
-import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-EMBEDDED_MODEL = ROOT / "laya_fixtures" / "tiny-smolvlm"
-FIXTURE_ROWS = ROOT / "laya_fixtures" / "rows"
+from helpers.paths import ROOT
+
+pytest_plugins = ["helpers.fixtures"]
+
 _INSTALLED = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
 _PROJECT_PACKAGE = str(ROOT / "laya_robustness")
 
@@ -39,55 +38,3 @@ class _KeepLibraries(_pytest.pytester.SysModulesSnapshot):
 
 assert hasattr(_pytest.pytester, "SysModulesSnapshot"), "pytester no longer snapshots sys.modules this way"
 _pytest.pytester.SysModulesSnapshot = _KeepLibraries
-
-
-def tensors_digest(checkpoint: Path) -> str:
-    """A checkpoint's weights digest recomputed here, apart from the package (numpy, not torch): sha256 of the
-    sorted distinct ``<dtype> <shape> <sha256 of the bytes>`` lines of every tensor of its safetensors files."""
-    import hashlib
-
-    from safetensors.numpy import load_file
-
-    lines = {f"{array.dtype} {tuple(array.shape)} {hashlib.sha256(array.tobytes()).hexdigest()}"
-             for path in sorted(Path(checkpoint).glob("*.safetensors")) for array in load_file(path).values()}
-    return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()
-
-
-@pytest.fixture(scope="session")
-def fixture_rows():
-    from laya_robustness.loaders import load_rows
-
-    return load_rows(FIXTURE_ROWS)
-
-
-@pytest.fixture(scope="session")
-def served_model(tmp_path_factory):
-    """``transformers serve`` of the embedded checkpoint on 127.0.0.1, one for every served-model test (it comes up
-    in about 20 s); stopped at the end of the session (``served_parts.ServedModel``)."""
-    pytest.importorskip("fastapi", reason="the served-model tests need transformers[serving] (the test extra has it)")
-    from served_parts import ServedModel
-
-    model = ServedModel(tmp_path_factory.mktemp("served-model")).start()
-    yield model
-    model.stop()
-
-
-@pytest.fixture(scope="session")
-def embedded_scorer():
-    from laya_robustness.scoring.hf import HFVLMScorer
-
-    return HFVLMScorer.from_pretrained(str(EMBEDDED_MODEL))
-
-
-def summary_cell(summary: Mapping[str, Any], family: str, dataset: str) -> Mapping[str, Any]:
-    """The cell of (family, dataset), looked up in the block its family is declared in.
-
-    Raises KeyError naming the family, dataset and block when the summary has no such cell.
-    """
-    from laya_robustness.summary import block_of
-
-    block = block_of(family)
-    try:
-        return summary[block][family][dataset]
-    except KeyError:
-        raise KeyError(f"summary has no cell {family}/{dataset} (looked in {block!r})") from None
