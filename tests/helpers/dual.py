@@ -1,6 +1,15 @@
 """Tiny random dual encoders (CLIP, SigLIP) built from config with the committed tiny CLIP's tokenizer."""
 
+import contextlib
+
 from helpers.paths import ROOT
+
+# A model's save_pretrained imports DeepSpeed through accelerate where it is installed, and DeepSpeed imports MLflow
+# and its namespace packages: imported here, when a test module imports this one, so that a pytester run's snapshot
+# of the modules (tests/conftest.py) does not forget part of them, which leaves importlib.metadata finding no
+# distribution (and pytest no plugin) for the rest of the session.
+with contextlib.suppress(ImportError):
+    import deepspeed  # noqa: F401
 
 EMBEDDED_CLIP = ROOT / "laya_fixtures" / "tiny-clip"
 #: The text length of the built encoders.
