@@ -87,7 +87,9 @@ def _substituted(command: str) -> str:
     return command
 
 
-DOCUMENTED = [(page, c) for page, _, body in _blocks("bash") for c in commands(body)]
+#: Every distinct (page, command) of the pages' shell blocks, once: a command a page repeats (the served quick
+#: start, shown again beside the steps that use it) is the same check, and a quick start runs in full in minutes.
+DOCUMENTED = list(dict.fromkeys((page, c) for page, _, body in _blocks("bash") for c in commands(body)))
 #: The commands of blocks marked ``<!-- in-full -->`` (the quick starts): run to their end, not only collected.
 IN_FULL = {(page, c) for page, mark, body in _blocks("bash") if mark == "in-full" for c in commands(body)}
 #: How a page says how long a command takes: "about 20 s", "about 1.5 minutes", "about 1:45".
