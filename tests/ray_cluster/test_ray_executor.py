@@ -358,8 +358,8 @@ def _journaled(journal: Path) -> list[str]:
     return keys
 
 
-def _a_cell_journaled(journal: Path, rows: int) -> bool:
-    """Whether the journal holds ``rows`` orig records of one dataset (a complete orig cell of the fake rows)."""
+def _orig_cells_journaled(journal: Path, rows: int, datasets: int) -> bool:
+    """Whether the journal holds ``rows`` orig records of each of ``datasets`` datasets (their complete orig cells)."""
     files = sorted(journal.glob("cpu.*.jsonl"))
     counts: dict[str, int] = {}
     for line in files[0].read_text().splitlines() if files else ():
@@ -369,7 +369,7 @@ def _a_cell_journaled(journal: Path, rows: int) -> bool:
             continue  # a line being written
         if record["family"] == "orig":
             counts[record["dataset"]] = counts.get(record["dataset"], 0) + 1
-    return any(n >= rows for n in counts.values())
+    return sum(n >= rows for n in counts.values()) >= datasets
 
 
 def _wait_for(condition, process: subprocess.Popen, seconds: float = 120) -> None:
@@ -548,8 +548,9 @@ def test_a_head_lost_mid_run_is_exit_3_in_seconds_with_its_journal_and_resume_fi
         process = start_gate(project, *FAKE_RUN, "--scorer", "helpers.fakes:slow", "--report-dir", "lost", "--journal",
                              str(journal), "--executor", "ray", "--ray-address", address,
                              job=job_env(LAYA_SLOW_PER_ROW="0.05"))
-        # a whole cell scored first (a dataset's 24 orig rows): what the incomplete report is made of
-        _wait_for(lambda: _a_cell_journaled(journal, rows=24), process)
+        # whole cells scored first (both datasets' 24 orig rows: the first test asks for one of them), which the
+        # incomplete report is made of
+        _wait_for(lambda: _orig_cells_journaled(journal, rows=24, datasets=2), process)
         os.kill(_gcs_server(temp), signal.SIGKILL)
         killed = time.monotonic()
         out, _ = process.communicate(timeout=120)
