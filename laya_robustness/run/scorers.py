@@ -145,11 +145,6 @@ class ScorerPool:
         remembered so that it is not retried."""
         return self._load_failed(identity_key(device, source), source, device, exc)
 
-    @property
-    def cluster(self):
-        """The cluster the run's executor scores on (``Executor.cluster``), None for this process."""
-        return self.run_executor.cluster
-
     def connect_cluster(self) -> None:
         """Reach where the executor scores (a Ray cluster: an unreachable one is ClusterUnreachable)."""
         self.run_executor.connect()
