@@ -86,7 +86,7 @@ def child(args) -> None:
     scorer = {} if args.model else {"scorer": "helpers.fakes:pixels"}
     executor = {"executor": "ray", "ray_address": args.ray_address, "ray_actors": args.ray_actors} \
         if args.ray_address else {}
-    start = time.perf_counter()
+    start = spent["start"] = time.perf_counter()
     laya_robustness.run_gate(model=args.model or "fake", data=args.data, families=args.families, invariance=False,
                              thresholds=folder.parent / "limits.toml", report_dir=folder, device=args.device,
                              **scorer, **executor)
@@ -104,7 +104,8 @@ def spans(spent: dict) -> dict:
     return {"build_s": spent["family_variants"] + spent["pixels"], "family_variants_s": spent["family_variants"],
             "pixels_s": spent["pixels"], "records_s": sum(end - start for start, end, _ in calls),
             "chunks": len(calls), "idle_per_chunk_ms": 1000 * statistics.mean(gaps) if gaps else None,
-            "idle_before_first_s": calls[0][0] if calls else None}
+            "idle_gaps_ms": [round(1000 * gap) for gap in gaps],
+            "before_first_s": calls[0][0] - spent["start"] if calls else None}
 
 
 def run(args, data: Path, report: Path, ahead: int, per_row: float, families: str, ray: tuple = ()) -> dict:
@@ -159,6 +160,7 @@ def local(args, data: Path, temp: Path) -> dict:
         figures["wall_to_max"] = round(figures["wall_s"] / max(device, build), 3)
         figures["wall_to_sum"] = round(figures["wall_s"] / (device + build), 3)
         figures["wall_s_runs"] = [round(r["wall_s"], 2) for r in taken]
+        figures["idle_gaps_ms_runs"] = [r["idle_gaps_ms"] for r in taken]
         out[label(ahead)] = figures
     return out
 

@@ -1,6 +1,7 @@
-"""A run's cells scored here as one stream (``run.executors.local_stream``): the next cell's rows built while a cell's
-last chunk is scored, the records and journal of cells scored alone, a cell asked out of order first, and an error
-(the scorer's, a build's, Ctrl-C) ending the stream's thread with the journal whole, the next cell scored after it."""
+"""A run's cells scored here as one stream (``run.executors.local_stream``): the next cell's rows built while the cell
+before is scored (one whose images are all held until it is scored: at its turn), the records and journal of cells
+scored alone, a cell asked out of order first, and an error (the scorer's, a build's, Ctrl-C) ending the stream's
+threads with the journal whole, the next cell scored after it."""
 
 import threading
 
@@ -9,13 +10,14 @@ import pytest
 from laya_robustness.recipes.bench import write_photo_rows
 from laya_robustness.rows import PendingImage
 from laya_robustness.run.executors.local import SequentialChunkExecutor
+from laya_robustness.run.executors import local_stream
 from laya_robustness.run.executors.local_stream import LocalStream
 from laya_robustness.run.inputs.run_inputs import load_source_rows
 from laya_robustness.run.pipeline.cell_scoring import CellBuildError, CellPlan, CellWork
 from laya_robustness.run.pipeline.chunks import Scoring
 from laya_robustness.run.pipeline.image_store import ImageStore
 from laya_robustness.run.pipeline.journal import Journal
-from laya_robustness.run.pipeline.prefetch import THREAD_NAME
+from laya_robustness.run.pipeline.prefetch import ROWS_THREAD_NAME, THREAD_NAME
 from laya_robustness.run.pipeline.variant_rows import VariantImages, family_variants
 
 from helpers.fakes import FailingScorer, PixelScorer
@@ -102,16 +104,30 @@ def _wait_until(condition) -> bool:
     return False
 
 
-def test_the_next_cells_rows_are_built_while_a_cells_last_chunk_is_scored(tmp_path):
+def test_the_next_cells_rows_are_built_while_the_cell_before_is_scored_from_its_first_chunk(tmp_path):
     cells = Cells(tmp_path, "ahead")
-    first_chunks = len(Cells.chunks(family_variants(FAMILIES[0], cells.source, 0, ImageStore(0))))
-    scorer = WaitsForTheNextCell(cells, last_call=first_chunks)
+    assert len(Cells.chunks(family_variants(FAMILIES[0], cells.source, 0, ImageStore(0)))) >= 2
+    scorer = WaitsForTheNextCell(cells, last_call=1)
     stream = LocalStream(Scoring(scorer), KEYS, cells.plan_of)
     try:
         stream.records(KEYS[0], _progress)
     finally:
         stream.close()
     assert scorer.waited is True and cells.built[1][0] == FAMILIES[1]
+    assert not prefetch_threads_left() and not cells.variants_held()
+
+
+def test_a_cell_whose_images_are_all_held_until_scored_is_built_at_its_turn_not_ahead(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_stream, "holds_images", lambda name: name == FAMILIES[1])
+    cells, alone = Cells(tmp_path, "held"), Cells(tmp_path, "alone")
+    stream = LocalStream(Scoring(PixelScorer("fake")), KEYS, cells.plan_of)
+    try:
+        got = [stream.records(key, _progress)[1] for key in KEYS]
+    finally:
+        stream.close()
+    assert got == [alone.alone(key, PixelScorer("fake")) for key in KEYS]
+    on_rows_thread = {name: thread.startswith(ROWS_THREAD_NAME) for name, thread in cells.built}
+    assert on_rows_thread == {FAMILIES[0]: True, FAMILIES[1]: False, FAMILIES[2]: True}  # the others built ahead
 
 
 def test_a_cell_asked_out_of_order_goes_first_and_a_cell_built_ahead_and_never_scored_lets_its_images_go(tmp_path):

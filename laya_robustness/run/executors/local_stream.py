@@ -1,17 +1,19 @@
 """A run's cells scored here as one stream (``--executor local``: ``LocalExecutor.stream``), so the device does not wait
 between cells either: while a chunk is scored, the next one is made on the prefetch thread (``run.pipeline.prefetch``),
-and at a cell's last chunk that is the next planned cell's rows (its variants built) with its first chunk's pixels.
+at a cell's last chunk the next planned cell's first chunk, and the next cell's rows (its variants) are built on a
+thread of their own while the cell before it is scored, so a long build is not waited for at the cell's turn.
 
 The cells are scored one after another in the run's plan (``GateRun.plan``); a cell asked out of plan order goes
 first, the planned ones after it follow. Each cell keeps the local run's chunks, batches and records
-(``run.pipeline.cell_scoring.CellWork``), each chunk journaled as it is scored, in this thread: the prefetch thread builds rows
-and makes pixels, and touches neither the journal nor the scorer. An error (a cell's scorer, its build, Ctrl-C) ends
-the stream's thread before it propagates, and the next cell asked starts it again; a cell built ahead and never
+(``run.pipeline.cell_scoring.CellWork``), each chunk journaled as it is scored, in this thread: the prefetch threads build
+rows and make pixels, and touch neither the journal nor the scorer. An error (a cell's scorer, its build, Ctrl-C) ends
+the stream's threads before it propagates, and the next cell asked starts it again; a cell built ahead and never
 scored lets its images go.
 """
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -21,7 +23,8 @@ from laya_robustness.run.pipeline.cell_scoring import CellBuildError, CellPlan, 
 from laya_robustness.run.pipeline.chunks import Scoring
 from laya_robustness.run.pipeline.image_store import rows_with_pixels
 from laya_robustness.run.pipeline.journal import row_key
-from laya_robustness.run.pipeline.prefetch import made_ahead
+from laya_robustness.run.pipeline.prefetch import ROWS_THREAD_NAME, chunks_ahead, made_ahead
+from laya_robustness.run.pipeline.variant_rows import holds_images
 
 
 @dataclass
@@ -103,17 +106,27 @@ class LocalStream:
                                f"rows {pending[:3]}...")
 
     def _made(self, keys: Sequence[tuple]) -> Iterator[Made]:
-        """Each cell's steps in turn (on the prefetch thread): its rows built, then its chunks' pixels."""
-        for key in keys:
-            try:
-                plan = self.plan_of(key)
-                rows = list(plan.rows)
-                chunks, work = plan.chunks(rows), plan.work()
-            except Exception as exc:  # noqa: BLE001  (raised where the cell is asked for, as a local run raises it)
-                yield Made(key, error=exc)
+        """Each cell's steps in turn (on the prefetch thread): its chunks' pixels, its rows built before on a thread
+        of their own, one cell ahead (``_built``), so a cell whose build is long is not waited for between cells."""
+        cells = made_ahead(self._built(keys), min(1, chunks_ahead()), _let_go_built, ROWS_THREAD_NAME)
+        with closing(cells):  # stopped early: the rows thread ends with this one
+            yield from self._cell_steps(cells)
+
+    def _cell_steps(self, cells: Iterator[Built]) -> Iterator[Made]:
+        for built in cells:
+            if built.error is None and built.rows is None:  # a cell not built ahead: built now
+                built = _build(built.key, self.plan_of)
+            if built.error is not None:
+                yield Made(built.key, error=built.error)
                 continue
-            missing = unjournaled(work.scoring.journal, rows, chunks)
-            yield from _steps(key, work, rows, chunks, missing)
+            missing = unjournaled(built.work.scoring.journal, built.rows, built.chunks)
+            yield from _steps(built.key, built.work, built.rows, built.chunks, missing)
+
+    def _built(self, keys: Sequence[tuple]) -> Iterator[Built]:
+        """Each cell's rows built, in turn (a cell whose variant images are all held until it is scored,
+        ``holds_images``, is left to be built when its turn comes: two of them are not held at once)."""
+        for key in keys:
+            yield Built(key) if holds_images(key[0]) else _build(key, self.plan_of)
 
     def _start(self, order: list[tuple]) -> None:
         self._stop()
@@ -158,3 +171,31 @@ def _let_go(made: Made) -> None:
     if made.work is not None:
         made.work.images.add(made.rows)
         made.work.close()
+
+
+@dataclass
+class Built:
+    """A cell's rows built (with its local-run ``chunks`` and its empty ``work``), the ``error`` its build raised,
+    or neither: its build waits for its turn."""
+
+    key: tuple
+    rows: list[Row] | None = None
+    chunks: list[list[int]] | None = None
+    work: CellWork | None = None
+    error: BaseException | None = None
+
+
+def _build(key: tuple, plan_of: Callable[[tuple], CellPlan]) -> Built:
+    """Cell ``key``'s rows, built now (``plan_of``), or the error that stopped them."""
+    try:
+        plan = plan_of(key)
+        rows = list(plan.rows)
+        return Built(key, rows, plan.chunks(rows), plan.work())
+    except Exception as exc:  # noqa: BLE001  (raised where the cell is asked for, as a local run raises it)
+        return Built(key, error=exc)
+
+
+def _let_go_built(built: Built) -> None:
+    """A cell built ahead whose chunks were never made: its images go."""
+    if built.work is not None:
+        _let_go(Made(built.key, built.work, built.rows))

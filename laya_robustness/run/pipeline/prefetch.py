@@ -24,8 +24,10 @@ from laya_robustness.run.errors import UsageError
 #: Chunks made ahead of the one being scored, unless ``LAYA_PREFETCH_CHUNKS`` says otherwise (0: each chunk is
 #: made when it is asked for; measured: docs/performance.md).
 PREFETCH_CHUNKS = 1
-#: The name of the thread that makes chunks ahead (``threading.enumerate`` shows it while a cell is scored).
+#: The name of the thread that makes chunks ahead (``threading.enumerate`` shows it while a cell is scored); a local
+#: stream's thread that builds the next cell's rows is ``ROWS_THREAD_NAME``.
 THREAD_NAME = "laya-prefetch"
+ROWS_THREAD_NAME = f"{THREAD_NAME}-rows"
 
 T = TypeVar("T")
 _END = object()  # what the thread makes once the items are over
@@ -43,17 +45,18 @@ def chunks_ahead() -> int:
     return int(text)
 
 
-def made_ahead(items: Iterable[T], ahead: int | None = None,
-               dropped: Callable[[T], None] | None = None) -> Iterator[T]:
-    """``items`` in order, each made (the iterator advanced) on a thread of its own up to ``ahead`` items (default
-    ``chunks_ahead()``) before it is asked for; with ``ahead`` 0, each made when it is asked for, here. Stopped early,
-    the items made and never handed over are given to ``dropped`` (here, once the thread has ended)."""
+def made_ahead(items: Iterable[T], ahead: int | None = None, dropped: Callable[[T], None] | None = None,
+               name: str = THREAD_NAME) -> Iterator[T]:
+    """``items`` in order, each made (the iterator advanced) on a thread of its own (named ``name``) up to ``ahead``
+    items (default ``chunks_ahead()``) before it is asked for; with ``ahead`` 0, each made when it is asked for,
+    here. Stopped early, the items made and never handed over are given to ``dropped`` (here, once the thread has
+    ended)."""
     ahead = chunks_ahead() if ahead is None else ahead
     items = iter(items)
     if ahead < 1:
         yield from items
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix=THREAD_NAME)
+    pool = ThreadPoolExecutor(1, thread_name_prefix=name)
     pending: deque = deque()
     try:
         while True:

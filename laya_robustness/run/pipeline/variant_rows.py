@@ -77,6 +77,13 @@ def builds_on_executor(name: str) -> bool:
     return family.reads_pixels and family.row_wise
 
 
+def holds_images(name: str) -> bool:
+    """Whether family ``name``'s variant images are all held from its build until it is scored: a family that
+    reads pixels and is not row-wise (see the module doc); the others' images wait in the store."""
+    family = get_family(name)
+    return family.reads_pixels and not family.row_wise
+
+
 def variant_rows_per_row(name: str) -> int:
     """How many variant rows family ``name`` is expected to make of a source row: its declared variant names (a
     pattern, ending in ``*``, counts one), at least one. An estimate: a row may make fewer (no image) or more."""
