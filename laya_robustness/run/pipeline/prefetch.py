@@ -1,7 +1,7 @@
 """The next chunks made ready while the current one is scored, as a DataLoader's worker prefetches: each chunk's
-pixels (images decoded, variant images built again; in a stream of cells, the next cell's rows before its first
-chunk) are made on a thread of its own, at most ``chunks_ahead()`` chunks before the one being scored, so the
-device does not wait for the CPU between chunks.
+pixels (images decoded, variant images built again) are made on a thread of its own, at most ``chunks_ahead()``
+chunks before the one being scored, so the device does not wait for the CPU between chunks (in a local stream of
+cells, the next cell's rows are built on another, one cell ahead: ``run.executors.local_stream``).
 
 What is held at once is the chunk being scored and the chunks made ahead, whatever the number of chunks. The
 chunks come in order, each as it would be made when asked for, so the records are the same. A chunk whose
