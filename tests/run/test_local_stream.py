@@ -177,3 +177,18 @@ def test_a_cell_whose_rows_cannot_be_built_raises_the_builders_error_where_it_is
     finally:
         stream.close()
     assert not prefetch_threads_left() and not cells.variants_held()
+
+
+def test_a_cell_of_a_family_no_one_declared_raises_its_build_error_where_it_is_asked_for(tmp_path):
+    cells = Cells(tmp_path, "unknown")
+    keys = [KEYS[0], ("no_such_family", "photos", "cpu"), KEYS[2]]
+    stream = LocalStream(Scoring(PixelScorer("fake")), keys, cells.plan_of)
+    try:
+        stream.records(keys[0], _progress)
+        with pytest.raises(CellBuildError) as raised:
+            stream.records(keys[1], _progress)
+        assert "no_such_family" in str(raised.value.error)
+        assert len(stream.records(keys[2], _progress)[1]) > 0
+    finally:
+        stream.close()
+    assert not prefetch_threads_left() and not cells.variants_held()

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from laya_robustness.families import BUILD_THREADS, build_variants, get_family
+from laya_robustness.families import BUILD_THREADS, build_variants, find_family, get_family
 from laya_robustness.rows import PendingImage, Row, image_digest, remember_digest
 from laya_robustness.run.pipeline.image_store import ImageSource, ImageStore, decoded_bytes, streamed_map
 from laya_robustness.scoring.malloc import give_back_freed_memory
@@ -79,9 +79,10 @@ def builds_on_executor(name: str) -> bool:
 
 def holds_images(name: str) -> bool:
     """Whether family ``name``'s variant images are all held from its build until it is scored: a family that
-    reads pixels and is not row-wise (see the module doc); the others' images wait in the store."""
-    family = get_family(name)
-    return family.reads_pixels and not family.row_wise
+    reads pixels and is not row-wise (see the module doc); the others' images wait in the store. A name no family
+    has holds none (its build raises where it is built)."""
+    family = find_family(name)
+    return family is not None and family.reads_pixels and not family.row_wise
 
 
 def variant_rows_per_row(name: str) -> int:
