@@ -119,19 +119,37 @@ class ImageCensusScorer(OracleScorer):
         self.most = {"images": 0, "bytes": 0, "batches": 0}
 
     def score_batch(self, rows):
-        import gc
         import json
         import os
 
-        from PIL import Image
-
-        alive = [o for o in gc.get_objects() if issubclass(type(o), Image.Image)]
+        alive = images_alive()
         self.most["images"] = max(self.most["images"], len(alive))
         self.most["bytes"] = max(self.most["bytes"], sum(o.width * o.height * len(o.getbands()) for o in alive))
         self.most["batches"] += 1
         with open(os.environ["LAYA_CENSUS_FILE"], "w") as fh:
             json.dump(self.most, fh)
         return super().score_batch(rows)
+
+
+def images_alive() -> list:
+    """Every PIL image alive in this process. ``gc.get_objects`` also hands out the tuples other threads are still
+    building (``tuple(iterator)``): held by the list while those threads run, such a tuple cannot be resized and its
+    thread raises SystemError. So no other thread runs between the call and the list's end: the interpreter does
+    not switch threads before the interval, made longer than the census."""
+    import gc
+    import sys
+
+    from PIL import Image
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        objects = gc.get_objects()
+        alive = [o for o in objects if issubclass(type(o), Image.Image)]
+        del objects
+    finally:
+        sys.setswitchinterval(interval)
+    return alive
 
 
 def image_census(model, **kwargs):
