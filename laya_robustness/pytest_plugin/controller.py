@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from laya_robustness.pytest_plugin.estimate import show_time_left
-from laya_robustness.pytest_plugin.session import RUN_KEY
+from laya_robustness.pytest_plugin.session import DATASETS_KEY, RUN_KEY
 
 
 class XdistController:
@@ -38,7 +38,7 @@ class XdistController:
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
         # -n alone: one worker per dataset (see pytest_plugin.xdist); an explicit --dist is the user's choice
-        if config.getoption("dist", default="no") != "load" or _dist_given(config):
+        if not schedules_datasets(config):
             return None
         from laya_robustness.pytest_plugin.xdist import DatasetScheduling
 
@@ -48,6 +48,8 @@ class XdistController:
     def pytest_configure_node(self, node) -> None:
         # the workers share the controller's run: its lock of --report-dir, its journal names
         node.workerinput[RUN_KEY] = self.role.state.run.run_identity.as_dict()
+        # and whether each gets whole datasets, so it can stream a dataset's cells as its first test starts
+        node.workerinput[DATASETS_KEY] = schedules_datasets(self.role.config)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -56,6 +58,11 @@ class XdistController:
         payload = getattr(node, "workeroutput", {}).get(PAYLOAD_KEY)
         if payload:
             merge_payload(self.role.state, payload)
+
+
+def schedules_datasets(config: pytest.Config) -> bool:
+    """Whether the controller gives each worker whole datasets (``DatasetScheduling``): -n without --dist."""
+    return config.getoption("dist", default="no") == "load" and not _dist_given(config)
 
 
 def _dist_given(config: pytest.Config) -> bool:

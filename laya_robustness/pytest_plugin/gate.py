@@ -201,11 +201,12 @@ class GatePlugin:
         state = self.state
         if state.usage_error is not None or session.config.option.collectonly:
             return
-        if state.run.executor.streams:
+        if state.run.executor.streams and self.role.plans_at_collection():
             state.run.plan(planned_cells(session.items, state.run))
         self.role.collected(session)
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self.role.test_starts(item)  # an xdist worker plans a dataset's cells at its first test
         if item.get_closest_marker("gpu") is None:
             return
         state = self.state

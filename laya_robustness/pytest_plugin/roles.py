@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from laya_robustness.pytest_plugin.estimate import show_time_left
-from laya_robustness.pytest_plugin.selection import narrowed_by, selected_by
-from laya_robustness.pytest_plugin.session import RUN_KEY, RobustnessSession
+from laya_robustness.pytest_plugin.selection import narrowed_by, planned_cells, selected_by
+from laya_robustness.pytest_plugin.session import DATASETS_KEY, RUN_KEY, RobustnessSession
 from laya_robustness.run.errors import EXIT_HARNESS, EXIT_USAGE, HarnessError, UsageError
 from laya_robustness.run.judged import no_cell_judged
 from laya_robustness.run.outcome import Ending, RunOutcome
@@ -36,6 +36,13 @@ class Lead:
         if status == EXIT_USAGE:
             raise error
         pytest.exit(str(error), returncode=status)
+
+    def plans_at_collection(self) -> bool:
+        """It plans every selected cell once collected (``pytest_collection_finish``)."""
+        return True
+
+    def test_starts(self, item: pytest.Item) -> None:
+        pass
 
     def collected(self, session: pytest.Session) -> None:
         show_time_left(self.config, self.state, [i.nodeid for i in session.items],
@@ -127,6 +134,29 @@ class Worker:
             torch.set_num_threads(threads)
         shared = given.get(RUN_KEY)
         self.state = RobustnessSession(config, RunIdentity.parse(shared) if shared else None, given.get("workerid"))
+        self.whole_datasets = bool(given.get(DATASETS_KEY))  # given every test of a dataset it is given one of
+        self.datasets_planned: set[str] = set()
+
+    def plans_at_collection(self) -> bool:
+        """Given whole datasets, it plans each dataset's cells as its first test starts (``test_starts``);
+        otherwise it does not know which of the collected tests it will run, and plans none."""
+        return False
+
+    def test_starts(self, item: pytest.Item) -> None:
+        """At the first test of a dataset it is given whole, the cells that dataset's selected family tests will
+        ask for are planned (``GateRun.plan(then=True)``), so they are scored as one stream as in one process."""
+        state = self.state
+        if not self.whole_datasets or state.usage_error is not None or not state.run.executor.streams:
+            return
+        from laya_robustness.pytest_plugin.xdist import dataset_scope
+
+        datasets = state.datasets_for_collection()
+        scope = dataset_scope(item.nodeid, datasets)
+        if not scope.startswith("dataset:") or scope in self.datasets_planned:
+            return
+        self.datasets_planned.add(scope)
+        items = [i for i in item.session.items if dataset_scope(i.nodeid, datasets) == scope]
+        state.run.plan(planned_cells(items, state.run), then=True)
 
     def start(self) -> None:
         pass

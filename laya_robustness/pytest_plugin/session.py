@@ -23,6 +23,8 @@ from laya_robustness.run.outputs.lock import RunIdentity
 GPU_DEVICE = "cuda"
 #: The key of the controller's run identity in an xdist worker's ``workerinput``.
 RUN_KEY = "laya_run"
+#: The key of ``workerinput`` saying the worker is given whole datasets (``xdist.DatasetScheduling``).
+DATASETS_KEY = "laya_whole_datasets"
 
 
 def _skipping(check):

@@ -174,9 +174,10 @@ class GateRun:
         """Which rows ``dataset`` belongs to (orig is scored on either kind)."""
         return self._parts.source_of(family, dataset)
 
-    def plan(self, cells: Sequence[tuple[str, str, str]]) -> None:
-        """The (family, dataset, device) cells the caller's checks will ask for, in order (``run.planned``)."""
-        self._cells_of.plan(cells)
+    def plan(self, cells: Sequence[tuple[str, str, str]], then: bool = False) -> None:
+        """The (family, dataset, device) cells the caller's checks will ask for, in order (``run.planned``); with
+        ``then``, the cells asked after those planned before."""
+        self._cells_of.plan(cells, then)
 
     def family_records(self, family: str, dataset: str, device: str) -> list[Record]:
         """The orig and ``family`` records of one dataset on one device (scored once per process)."""

@@ -50,6 +50,7 @@ class PlannedCells:
     def __init__(self, run: RunParts, held, worker: str | None, progress):
         self.run, self.held, self.worker, self.progress = run, held, worker, progress
         self.planned: list[tuple[str, str, str]] = []
+        self.planned_in_turn = False  # an xdist worker's plan, made a dataset at a time (``plan(then=True)``)
         self.streams: dict[tuple[str, str], object] = {}  # (device, source) -> its stream, or None
         self.journals: dict[str, object] = {}  # identity key -> the journal this process appends to
 
@@ -123,23 +124,34 @@ class PlannedCells:
         return scoring_chunks(rows, s.scoring_path, s.batch_size,
                               per_row=scorer is not None and capabilities(scorer).answers_in_text)
 
-    def plan(self, cells: Sequence[tuple[str, str, str]]) -> None:
+    def plan(self, cells: Sequence[tuple[str, str, str]], then: bool = False) -> None:
         """The (family, dataset, device) cells the checks will ask for, in order; each family's orig cell before
-        it (a family's check scores the orig rows of its dataset first)."""
+        it (a family's check scores the orig rows of its dataset first). With ``then``, cells asked after those
+        planned before, added to the plan and to its streams (an xdist worker plans a dataset's cells as the first
+        of its tests starts: it is given all of them, ``pytest_plugin.xdist.DatasetScheduling``)."""
         planned = [c for f, d, dev in cells for c in ([(ORIG, d, dev)] if f != ORIG else []) + [(f, d, dev)]]
-        self.planned = list(dict.fromkeys(planned))
+        if not then:
+            self.planned = list(dict.fromkeys(planned))
+            return
+        self.planned_in_turn = True
+        new = [c for c in dict.fromkeys(planned) if c not in self.planned]
+        self.planned += new
+        for (device, source), stream in self.streams.items():
+            if stream is not None:
+                stream.plan_more([c for c in new if c[2] == device and self.run.source_of(c[0], c[1]) == source
+                                  and c not in self.held.scored])
 
     def stream(self, device: str, source: str, executor):
         """The stream of the ``source`` cells planned on ``device`` and not scored yet (``Executor.stream``; the
         chunk ``executor`` lets their images go): None where the run's executor does not stream (it scores its
         cells one after another), where it builds the variants and the run keeps its rows for a later run (a
-        model gated as it trains), or in an xdist worker (it scores the cells it is given, which its plan, every
-        collected test, does not know)."""
+        model gated as it trains), or in an xdist worker whose plan is not made a dataset at a time (it scores the
+        cells it is given, which every collected test does not tell)."""
         run = self.run
         runs_on = run.scorers.run_executor
         if (device, source) not in self.streams and (run.variants is None or not runs_on.builds_variants):
             stream = None
-            if runs_on.streams and self.worker is None:
+            if runs_on.streams and (self.worker is None or self.planned_in_turn):
                 keys = [c for c in self.planned if c[2] == device and run.source_of(c[0], c[1]) == source
                         and c not in self.held.scored]
                 stream = runs_on.stream(device, source, keys, lambda key: self._cell_plan(key, executor))

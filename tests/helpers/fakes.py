@@ -86,16 +86,23 @@ def interrupting(model, **kwargs):
 
 
 class CountingScorer(OracleScorer):
-    """Appends the number of rows of every batch to the file named by LAYA_COUNT_FILE; slow if LAYA_SLOW (seconds
-    per call) or LAYA_SLOW_PER_ROW (seconds per row: a device-bound model) is set; after its first batch, waits
-    while the file named by LAYA_HOLD_FILE exists (a run a test holds in the middle of scoring)."""
+    """Appends the number of rows of every batch to the file named by LAYA_COUNT_FILE (and, to LAYA_THREADS_FILE
+    where it is set, the xdist worker and the names of the threads alive, their pool numbers dropped); slow if
+    LAYA_SLOW (seconds per call) or LAYA_SLOW_PER_ROW (seconds per row: a device-bound model) is set; after its
+    first batch, waits while the file named by LAYA_HOLD_FILE exists (a run a test holds in the middle of
+    scoring)."""
 
     def score_batch(self, rows):
         import os
+        import threading
         import time
 
         with open(os.environ["LAYA_COUNT_FILE"], "a") as fh:
             fh.write(f"{len(rows)}\n")
+        if os.environ.get("LAYA_THREADS_FILE"):
+            names = sorted({thread.name.rsplit("_", 1)[0] for thread in threading.enumerate()})
+            with open(os.environ["LAYA_THREADS_FILE"], "a") as fh:
+                fh.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {' '.join(names)}\n")
         while os.environ.get("LAYA_HOLD_FILE") and os.path.exists(os.environ["LAYA_HOLD_FILE"]):
             time.sleep(0.05)
         if os.environ.get("LAYA_SLOW"):

@@ -16,6 +16,7 @@ from transformers.models.clip import image_processing_pil_clip  # noqa: F401
 from transformers.models.siglip import image_processing_pil_siglip  # noqa: F401
 
 from laya_robustness.recipes.fixture_rows import generate_rows, write_manifest
+from laya_robustness.run.pipeline.prefetch import ROWS_THREAD_NAME
 from laya_robustness.report.wrapping import unwrap
 
 from helpers.dual import build_dual_encoder
@@ -409,6 +410,22 @@ def test_xdist_scores_every_row_once(gate, monkeypatch):
     assert _rows_scored(gate.path / "split.count") == _rows_scored(gate.path / "single.count") > 0
     one = (gate.path / "single" / "summary.json").read_text()
     assert json.loads(one)["families"] and one == (gate.path / "split" / "summary.json").read_text()
+
+
+@pytest.mark.parametrize("dist", [[], ["--dist", "loadfile"]], ids=["whole-datasets", "dist-given"])
+def test_under_xdist_a_worker_given_whole_datasets_scores_their_cells_as_one_stream(gate, monkeypatch, dist):
+    """-n alone gives each worker whole datasets: at a dataset's first test the worker plans its cells and scores
+    them as one stream, the next cell's rows built on a thread of their own while a cell is scored (that thread is
+    alive at scoring calls). Under a --dist the user chose, a worker does not know its cells ahead: no stream."""
+    monkeypatch.setenv("LAYA_COUNT_FILE", str(gate.path / "split.count"))
+    monkeypatch.setenv("LAYA_THREADS_FILE", str(gate.path / "split.threads"))
+    split = run(gate, "--scorer", "helpers.fakes:counting", "--report-dir", "split", "-n", "2", *dist,
+                subprocess=True)
+    assert split.ret == 0, split.stdout.str()
+    calls = [line.split() for line in (gate.path / "split.threads").read_text().splitlines()]
+    scored = {call[0] for call in calls}
+    streamed = {call[0] for call in calls if ROWS_THREAD_NAME in call[1:]}
+    assert scored and scored <= {"gw0", "gw1"} and streamed == (scored if not dist else set()), calls
 
 
 def test_under_xdist_the_snapshot_is_compared_on_the_controller(gate):

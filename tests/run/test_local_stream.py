@@ -84,14 +84,14 @@ def test_the_stream_gives_the_records_and_journal_of_cells_scored_alone(tmp_path
 class WaitsForTheNextCell(PixelScorer):
     """At the last chunk of the first cell, waits until the next cell's rows are being built (``next_built``)."""
 
-    def __init__(self, cells: Cells, last_call: int):
+    def __init__(self, cells: Cells, last_call: int, built: int = 2):
         super().__init__("fake")
-        self.cells, self.last_call, self.calls, self.waited = cells, last_call, 0, None
+        self.cells, self.last_call, self.built, self.calls, self.waited = cells, last_call, built, 0, None
 
     def score_batch(self, rows):
         self.calls += 1
         if self.calls == self.last_call:
-            self.waited = _wait_until(lambda: len(self.cells.built) >= 2)
+            self.waited = _wait_until(lambda: len(self.cells.built) >= self.built)
         return super().score_batch(rows)
 
 
@@ -114,6 +114,22 @@ def test_the_next_cells_rows_are_built_while_the_cell_before_is_scored_from_its_
     finally:
         stream.close()
     assert scorer.waited is True and cells.built[1][0] == FAMILIES[1]
+    assert not prefetch_threads_left() and not cells.variants_held()
+
+
+def test_cells_planned_later_join_the_stream_and_are_built_while_the_one_before_is_scored(tmp_path):
+    cells, alone = Cells(tmp_path, "later"), Cells(tmp_path, "alone")
+    first_chunks = len(Cells.chunks(family_variants(FAMILIES[0], cells.source, 0, ImageStore(0))))
+    scorer = WaitsForTheNextCell(cells, last_call=first_chunks + 1, built=3)  # at the second cell's first chunk
+    stream = LocalStream(Scoring(scorer), KEYS[:1], cells.plan_of)
+    try:
+        got = [stream.records(KEYS[0], _progress)[1]]
+        stream.plan_more(KEYS[1:])
+        got += [stream.records(key, _progress)[1] for key in KEYS[1:]]
+    finally:
+        stream.close()
+    assert scorer.waited is True and [name for name, _ in cells.built] == list(FAMILIES)
+    assert got == [alone.alone(key, PixelScorer("fake")) for key in KEYS]
     assert not prefetch_threads_left() and not cells.variants_held()
 
 

@@ -41,6 +41,9 @@ class CellStream(Protocol):
     def records(self, key: tuple, progress: CellProgress) -> tuple[Sequence[Row], list[Record]]:
         """The rows and records of cell ``key`` once it is scored."""
 
+    def plan_more(self, keys: Sequence[tuple]) -> None:
+        """Cells the run will ask for after those planned (an xdist worker's next dataset): they join the plan."""
+
     def close(self) -> None:
         """Stop: what is in flight is cancelled; what was journaled stays."""
 

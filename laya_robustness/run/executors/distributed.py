@@ -274,6 +274,10 @@ class SharedCells:
         self.scored: dict[tuple, CellWork] = {}
         self.error: BaseException | None = None
 
+    def plan_more(self, keys: Sequence[tuple]) -> None:
+        """Cells asked after those planned: scored together when the first of them is asked."""
+        self.planned += [key for key in keys if key not in self.planned]
+
     def records(self, key: tuple, progress: CellProgress) -> tuple[Sequence[Row], list[Record]]:
         """The rows and records of cell ``key`` (scoring the planned cells first, when none is scored yet)."""
         if self.error is not None:

@@ -59,6 +59,10 @@ class LocalStream:
         self.pipeline: Iterator[Made] | None = None
         self.current: CellWork | None = None
 
+    def plan_more(self, keys: Sequence[tuple]) -> None:
+        """Cells asked after those planned: the stream goes on to them (from the next cell it starts on)."""
+        self.left += [key for key in keys if key not in self.left]
+
     def records(self, key: tuple, progress: CellProgress) -> tuple[Sequence[Row], list[Record]]:
         """The rows and records of cell ``key``, scored now (its progress shown); the error that ended it, if one
         did, once the stream's thread has ended."""

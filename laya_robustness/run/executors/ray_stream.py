@@ -93,6 +93,13 @@ class RayStream:
         self.built_rows = self.built_bytes = 0  # variant rows built with their images kept, and those images' bytes
         self.store_cap = pool.object_store_bytes() // 2 or float("inf")
 
+    def plan_more(self, keys: Sequence[tuple]) -> None:
+        """Cells asked after those planned: they join the stream, after the cells it holds."""
+        for key in keys:
+            if key not in self.by_key:
+                self.by_key[key] = StreamedCell(len(self.cells), key)
+                self.cells.append(self.by_key[key])
+
     def records(self, key: tuple, progress: CellProgress) -> tuple[Sequence[Row], list[Record]]:
         """The rows and records of cell ``key``, once all its chunks are scored (its progress shown while it is
         waited for); the exception that ended it, if one did. A cell the plan did not name joins the stream now."""
