@@ -5,6 +5,13 @@ import pytest
 from helpers.gate_project import make_gate
 from helpers.limits import PASSING_LIMITS
 from helpers.paths import EMBEDDED_MODEL, FIXTURE_ROWS
+from helpers.threads import note_threads_alive
+
+
+@pytest.fixture(autouse=True)
+def _prefetch_threads_before():
+    """The prefetch threads alive before each test are not its own (``helpers.threads.prefetch_threads_left``)."""
+    note_threads_alive()
 
 
 @pytest.fixture(scope="session")
