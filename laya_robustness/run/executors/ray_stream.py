@@ -103,9 +103,7 @@ class RayStream:
     def records(self, key: tuple, progress: CellProgress) -> tuple[Sequence[Row], list[Record]]:
         """The rows and records of cell ``key``, once all its chunks are scored (its progress shown while it is
         waited for); the exception that ended it, if one did. A cell the plan did not name joins the stream now."""
-        if key not in self.by_key:
-            self.by_key[key] = StreamedCell(len(self.cells), key)
-            self.cells.append(self.by_key[key])
+        self.plan_more([key])
         cell = self.waited = self.by_key[key]
         if not cell.started:
             self._start(cell)
